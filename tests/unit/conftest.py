@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Make the collection importable as ansible_collections.gpufleet.vllm.
+
+The unit tests import plugins by their collection path. This puts a link
+``<repo>/.cache/collections/ansible_collections/gpufleet/vllm -> <repo>``
+on sys.path (scripts/bootstrap.sh creates the same link for ansible).
+"""
+
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COLLECTIONS = os.path.join(REPO, ".cache", "collections")
+LINK = os.path.join(COLLECTIONS, "ansible_collections", "gpufleet", "vllm")
+
+if not os.path.islink(LINK) and not os.path.exists(LINK):
+    os.makedirs(os.path.dirname(LINK), exist_ok=True)
+    os.symlink(os.path.join("..", "..", "..", ".."), LINK)
+
+if COLLECTIONS not in sys.path:
+    sys.path.insert(0, COLLECTIONS)
