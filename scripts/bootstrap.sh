@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# Set up this machine as a control node for the simulated fleet. Safe to run
+# again: every step checks what is already there and skips it.
+#   1. Debian packages (podman, runc, debootstrap, gcc, ...) when missing
+#   2. .venv with the pinned control-node packages (requirements/control.txt)
+#   3. the collection made visible to ansible as gpufleet.vllm
+#   4. the wheelhouse (the fleet's offline mirror)
+#   5. the fake NVML library and the simulated host image
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+T0=$(now)
+
+# --- 1. Debian packages ------------------------------------------------------
+DEB_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs
+              gcc libc6-dev python3-venv git)
+missing=()
+for pkg in "${DEB_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ "$(id -u)" != 0 ]]; then
+    die "missing Debian packages: ${missing[*]}. Install them as root (apt-get install ${missing[*]}) or run this script as root."
+  fi
+  command -v apt-get >/dev/null \
+    || die "missing packages ${missing[*]} and no apt-get here: install podman, runc, debootstrap and gcc with this system's package manager."
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || die "apt-get could not install: ${missing[*]}"
+fi
+
+# --- 2. control-node virtualenv ---------------------------------------------
+[[ -n "$HOST_PYTHON" ]] || die "no python3 found: apt-get install python3 python3-venv"
+"$HOST_PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$HOST_PYTHON is $("$HOST_PYTHON" -V 2>&1); the control node needs Python 3.11 or newer (ansible-core 2.19)"
+REQ_HASH="$(sha256sum "$REPO_ROOT/requirements/control.txt" | cut -c1-16)"
+if [[ ! -f "$VENV/.installed-$REQ_HASH" ]]; then
+  log "creating $VENV with the pinned control-node packages"
+  rm -rf "$VENV"
+  "$HOST_PYTHON" -m venv "$VENV" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  "$VENV/bin/python" -m pip install -q "$(grep -E '^uv==' "$REPO_ROOT/requirements/control.txt")"
+  "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$REPO_ROOT/requirements/control.txt" \
+    || die "could not install requirements/control.txt into $VENV"
+  touch "$VENV/.installed-$REQ_HASH"
+fi
+
+# --- 3. the collection, visible to ansible as gpufleet.vllm ------------------
+LINK="$REPO_ROOT/.cache/collections/ansible_collections/gpufleet/vllm"
+if [[ ! -L "$LINK" ]]; then
+  mkdir -p "$(dirname "$LINK")"
+  ln -sfn ../../../.. "$LINK"
+fi
+
+# --- 4. wheelhouse -----------------------------------------------------------
+"$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-hosts.txt"
+
+# --- 5. fake NVML library, simulated model directory, host image -------------
+"$VENV/bin/python" "$REPO_ROOT/tests/sim/fakenvml/build.py" "$GPUFLEET_CACHE/fakenvml" >/dev/null \
+  || die "could not build the fake NVML library (is gcc installed?)"
+MODEL="$GPUFLEET_CACHE/model/kimi-k2.5-nvfp4"
+rm -rf "$MODEL.partial"
+"$VENV/bin/python" "$REPO_ROOT/tests/sim/model/make_model_dir.py" "$MODEL.partial" >/dev/null \
+  || die "could not build the simulated model directory"
+rm -rf "$MODEL" && mv "$MODEL.partial" "$MODEL"
+GPUFLEET_HOST_IMAGE="$("$REPO_ROOT/tests/sim/image/build.sh")"
+export GPUFLEET_HOST_IMAGE
+echo "$GPUFLEET_HOST_IMAGE" >"$GPUFLEET_CACHE/host-image"
+
+log "bootstrap done in $(( $(now) - T0 )) s (image $GPUFLEET_HOST_IMAGE)"

@@ -1,0 +1,30 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+# Shared settings of the repository's scripts: sourced, not run.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export REPO_ROOT
+
+# Everything built once and reused between runs (host image, wheelhouse,
+# fake NVML library) lives in the cache, outside the clone, so that a second
+# run in a fresh clone is fast too.
+GPUFLEET_CACHE="${GPUFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet-vllm}"
+GPUFLEET_WHEELHOUSE="${GPUFLEET_WHEELHOUSE:-$GPUFLEET_CACHE/wheelhouse}"
+VENV="${GPUFLEET_VENV:-$REPO_ROOT/.venv}"
+export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE
+
+# Podman on these machines needs runc, cgroupfs and ulimits no higher than
+# the current ones: the engine config ships with the tests; /etc stays as is.
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_ROOT/tests/sim/containers.conf}"
+
+export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
+export ANSIBLE_COLLECTIONS_PATH="$REPO_ROOT/.cache/collections"
+# The machine's own python3 (not the venv's), to create the venv with.
+HOST_PYTHON="${GPUFLEET_PYTHON:-$(PATH="${PATH//$VENV\/bin:/}" command -v python3 || true)}"
+case ":$PATH:" in *":$VENV/bin:"*) ;; *) export PATH="$VENV/bin:$PATH" ;; esac
+
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Seconds since the epoch, for the phase timings the scripts print.
+now() { date +%s; }

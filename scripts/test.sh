@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# Run every test of the collection, setting up what is missing first:
+#   unit tests (pytest), yamllint, ansible-lint (production profile),
+#   ansible-test sanity, collection build + install, molecule scenarios.
+# Usage: scripts/test.sh [STAGE ...]   (default: all stages, in order)
+#   stages: unit lint sanity build molecule
+# MOLECULE_SCENARIOS="default cleanup" limits the molecule stage.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+
+STAGES=("$@")
+((${#STAGES[@]})) || STAGES=(unit lint sanity build molecule)
+T_ALL=$(now)
+SUMMARY=()
+FAILED=()
+
+"$REPO_ROOT/scripts/bootstrap.sh"
+GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
+export GPUFLEET_HOST_IMAGE
+
+run_stage() {
+  local name="$1"; shift
+  local t0 rc
+  t0=$(now)
+  log "stage $name"
+  set +e
+  "$@"
+  rc=$?
+  set -e
+  SUMMARY+=("$(printf '%-9s %-6s %5ss' "$name" "$([[ $rc == 0 ]] && echo ok || echo FAILED)" "$(( $(now) - t0 ))")")
+  ((rc == 0)) || FAILED+=("$name")
+}
+
+stage_unit() {
+  # pytest exits 5 when it collected nothing: that is a failure here too
+  python -m pytest -q -p no:cacheprovider tests/unit
+}
+
+stage_lint() {
+  yamllint --strict . && ansible-lint --profile production --strict
+}
+
+stage_sanity() {
+  # ansible-test wants the collection at ansible_collections/NS/NAME: test a
+  # copy of what git tracks (plus new files not ignored) placed there.
+  local root="$REPO_ROOT/.cache/sanity/ansible_collections/gpufleet/vllm"
+  rm -rf "$REPO_ROOT/.cache/sanity"
+  mkdir -p "$root"
+  git ls-files -z --cached --others --exclude-standard \
+    | xargs -0 -I{} cp --parents -P {} "$root/" 2>/dev/null
+  (cd "$root" && git init -q && git add -A && \
+   ansible-test sanity --venv --python 3.11 --color no --exclude .ci/ --exclude scripts/)
+}
+
+stage_build() {
+  local out="$REPO_ROOT/.cache/build"
+  rm -rf "$out" && mkdir -p "$out/collections"
+  ansible-galaxy collection build --force --output-path "$out" "$REPO_ROOT" &&
+  ansible-galaxy collection install --force -p "$out/collections" "$out"/gpufleet-vllm-*.tar.gz &&
+  # the installed tarball, not the checkout, answers by FQCN
+  ANSIBLE_COLLECTIONS_PATH="$out/collections" python -m pytest -q -p no:cacheprovider \
+    tests/integration/test_built_collection.py
+}
+
+stage_molecule() {
+  local scenarios=(${MOLECULE_SCENARIOS:-})
+  if ((${#scenarios[@]} == 0)); then
+    mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml \
+                             -printf '%h\n' | xargs -n1 basename | sort)
+  fi
+  local s rc=0
+  for s in "${scenarios[@]}"; do
+    log "molecule test -s $s"
+    molecule test -s "$s" || rc=1
+  done
+  return $rc
+}
+
+for stage in "${STAGES[@]}"; do
+  case "$stage" in
+    unit|lint|sanity|build|molecule) run_stage "$stage" "stage_$stage" ;;
+    *) die "unknown stage '$stage' (unit lint sanity build molecule)" ;;
+  esac
+done
+
+log "summary ($(( $(now) - T_ALL )) s in all)"
+printf '  %s\n' "${SUMMARY[@]}" >&2
+if ((${#FAILED[@]})); then
+  die "failed stages: ${FAILED[*]}"
+fi

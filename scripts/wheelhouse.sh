@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# Fill the local wheelhouse (the fleet's "mirror") from a requirements file:
+#   scripts/wheelhouse.sh requirements/wheelhouse-hosts.txt [--with-deps]
+# Wheels are downloaded into a temporary directory and moved into the
+# wheelhouse only when the whole download succeeded; a stamp named after the
+# requirements file's hash records the wheels and their sizes, so a later run
+# checks them in a moment and an interrupted or damaged one is redone.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+REQ="${1:?usage: wheelhouse.sh REQUIREMENTS_FILE [--with-deps]}"
+DEPS="--no-deps"
+[[ "${2:-}" == "--with-deps" ]] && DEPS=""
+PY="$VENV/bin/python"
+[[ -x "$PY" ]] || PY=python3
+
+HASH="$( { cat "$REQ"; echo "$DEPS"; } | sha256sum | cut -c1-16)"
+STAMP="$GPUFLEET_WHEELHOUSE/.complete-$(basename "$REQ" .txt)-$HASH"
+mkdir -p "$GPUFLEET_WHEELHOUSE"
+
+stamp_ok() {
+  [[ -s "$STAMP" ]] || return 1
+  local name size
+  while read -r name size; do
+    [[ -f "$GPUFLEET_WHEELHOUSE/$name" ]] || return 1
+    [[ "$(stat -c %s "$GPUFLEET_WHEELHOUSE/$name")" == "$size" ]] || return 1
+  done <"$STAMP"
+}
+
+if stamp_ok; then
+  echo "wheelhouse up to date for $(basename "$REQ") ($(wc -l <"$STAMP") wheels)" >&2
+  exit 0
+fi
+
+log "downloading wheels for $(basename "$REQ") ${DEPS:-with dependencies}"
+TMP="$(mktemp -d "$GPUFLEET_WHEELHOUSE/.partial.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+# The hosts are Debian bookworm (CPython 3.11, glibc 2.36, x86_64).
+# shellcheck disable=SC2086
+"$PY" -m pip download -q $DEPS --only-binary=:all: \
+  --python-version 3.11 --implementation cp --abi cp311 \
+  --platform manylinux_2_36_x86_64 --platform manylinux_2_28_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  --platform linux_x86_64 --platform any \
+  -r "$REQ" -d "$TMP" \
+  || die "could not download the wheels of $REQ (is the package index reachable?)"
+: >"$TMP/.stamp"
+for whl in "$TMP"/*.whl; do
+  "$PY" - "$whl" <<'PYEOF' || die "downloaded file $whl is not a readable wheel"
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    assert any(n.endswith(".dist-info/RECORD") for n in z.namelist())
+PYEOF
+  printf '%s %s\n' "$(basename "$whl")" "$(stat -c %s "$whl")" >>"$TMP/.stamp"
+  mv -f "$whl" "$GPUFLEET_WHEELHOUSE/"
+done
+mv "$TMP/.stamp" "$STAMP"
+echo "wheelhouse: $(wc -l <"$STAMP") wheels for $(basename "$REQ")" >&2
