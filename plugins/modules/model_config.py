@@ -1,0 +1,329 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: model_config
+short_description: Keep keys absent from the JSON config files of a model directory
+version_added: 0.1.0
+description:
+  - Makes sure that keys are absent from JSON files of a model directory, for example the KV-cache quantization keys
+    (C(kv_cache_scheme) in C(config.json), C(quantization.kv_cache_quant_algo) in C(hf_quant_config.json)) that vLLM
+    must not see on SM120 GPUs.
+  - Only the removed members change in the file. Indentation, key order, number spelling, escapes, non-ASCII text, line
+    endings and the trailing newline are kept byte for byte, because the edit is made on the text, not by
+    re-serialising the document.
+  - A file that has none of the keys is not written at all (C(changed=false), same bytes, same modification time).
+  - Every file is read and checked before any file is written; a malformed file fails the task and no file changes.
+  - Writes are atomic (a temporary file in the same directory renamed over the original) and keep mode, owner and
+    SELinux context.
+  - "Hugging Face cache layouts: C(snapshots/<rev>/config.json) is a symbolic link into C(blobs/), and one blob is
+    shared by every snapshot that has the same file. The O(symlinks) option decides what happens when such a link
+    needs an edit; by default the module refuses and explains."
+options:
+  path:
+    description:
+      - A model directory (the files of O(files) are looked up in it), or one JSON file (then O(absent) lists the keys).
+      - A directory may itself be a link, for example to a Hugging Face cache snapshot.
+    type: path
+    required: true
+  files:
+    description:
+      - The files to edit when O(path) is a directory, with the keys to remove from each.
+      - When O(path) is a directory and neither O(files) nor O(absent) is given, the default is C(config.json) with
+        C(**.kv_cache_scheme) and C(hf_quant_config.json) with C(quantization.kv_cache_quant_algo), both not
+        required.
+      - Mutually exclusive with O(absent).
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - File name relative to O(path), for example C(config.json). Absolute names and names with C(..) are refused.
+        type: str
+        required: true
+      absent:
+        description:
+          - Key paths that must be absent from this file, in the syntax described at O(absent).
+        type: list
+        elements: str
+        required: true
+      required:
+        description:
+          - If V(true), a missing file fails the task. If V(false), a missing file is skipped and reported.
+        type: bool
+        default: false
+  absent:
+    description:
+      - Key paths that must be absent, when O(path) is a single JSON file.
+      - A key path is a dotted string. Each segment is matched against object keys with shell-style wildcards
+        (case-sensitive); C(*) matches any key at one level, C(**) matches any number of levels including none, so
+        C(**.kv_cache_scheme) means "wherever it sits". A backslash escapes a dot that is part of a key
+        (C(a\.b)). Array elements are levels too (keys C(0), C(1), ...), but only object members are removed.
+      - Mutually exclusive with O(files).
+    type: list
+    elements: str
+  state:
+    description:
+      - V(absent) removes the keys. It is the only state for now.
+    type: str
+    choices: [absent]
+    default: absent
+  symlinks:
+    description:
+      - What to do when a file that needs an edit is a symbolic link (the Hugging Face cache layout).
+      - V(refuse) fails with an explanation and changes nothing.
+      - V(copy) replaces the link in this directory by an edited regular file (mode and owner taken from the target)
+        and leaves the target untouched, so other snapshots sharing the blob keep the original. This is the right
+        choice for a Hugging Face cache; C(huggingface_hub) keeps an existing snapshot file and does not put the link
+        back on the next download of the same revision.
+      - V(follow) edits the link's target in place. It is refused when another link in the cache repo's
+        C(snapshots/) resolves to the same blob, or when the target has other hard links. Links outside a Hugging
+        Face cache layout cannot all be found; use V(follow) only when you know the target is not shared.
+      - A link whose file needs no edit is never touched, whatever this option says.
+    type: str
+    choices: [refuse, copy, follow]
+    default: refuse
+  backup:
+    description:
+      - Before a file is written, keep a copy next to it named C(<file>.<pid>.<YYYY-MM-DD@HH:MM:SS~>) and return its
+        name in RV(files[].backup_file).
+      - With O(symlinks=copy), the backup is a symbolic link with the same target as the replaced link, so renaming it
+        back restores the snapshot exactly.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads and plans every file, reports what would be removed (and the diff), writes nothing.
+  diff_mode:
+    support: full
+    details: The before and after text of every file that changes.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - JSON files must be UTF-8. A byte order mark is kept.
+  - Errors name the file, and for malformed JSON the line and column; the file is left byte-identical.
+  - Keys with the same name (duplicate keys) are all removed.
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only).
+seealso:
+  - name: Hugging Face cache layout
+    description: How snapshots link into blobs.
+    link: https://huggingface.co/docs/huggingface_hub/guides/manage-cache
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Strip the KV-cache quantization keys (config.json and hf_quant_config.json defaults)
+  gpufleet.vllm.model_config:
+    path: /models/Kimi-K2.5
+    backup: true
+
+- name: Same for a model in the Hugging Face cache, editing only this snapshot
+  gpufleet.vllm.model_config:
+    path: /data/hf/hub/models--moonshotai--Kimi-K2.5/snapshots/3f1c6a0e2b9d4c7a8e5f1b2c3d4e5f6a7b8c9d0e
+    symlinks: copy
+
+- name: Explicit files and key paths; config.json must exist
+  gpufleet.vllm.model_config:
+    path: /models/Kimi-K2.5
+    files:
+      - name: config.json
+        absent:
+          - quantization_config.kv_cache_scheme
+          - text_config.quantization_config.kv_cache_scheme
+        required: true
+      - name: hf_quant_config.json
+        absent:
+          - quantization.kv_cache_quant_algo
+
+- name: One file
+  gpufleet.vllm.model_config:
+    path: /models/Kimi-K2.5/config.json
+    absent:
+      - "**.kv_cache_scheme"
+  check_mode: true
+  diff: true
+  register: kv_keys
+
+- name: Show what would be removed
+  ansible.builtin.debug:
+    msg: "{{ kv_keys.files | map(attribute='removed') | flatten | map(attribute='key') | list }}"
+"""
+
+RETURN = r"""
+changed:
+  description: Whether a key was (or, in check mode, would be) removed from any file.
+  returned: always
+  type: bool
+msg:
+  description: A one-line summary.
+  returned: always
+  type: str
+  sample: removed 2 key(s) from 2 file(s)
+removed_count:
+  description: Number of key paths removed over all files; 0 means the keys were already absent.
+  returned: always
+  type: int
+  sample: 2
+files:
+  description: One entry per file considered, in order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The file (the link, for a link).
+      returned: always
+      type: str
+      sample: /models/Kimi-K2.5/config.json
+    exists:
+      description: Whether the file exists.
+      returned: always
+      type: bool
+    changed:
+      description: Whether keys were (or would be) removed from this file.
+      returned: always
+      type: bool
+    skipped:
+      description: Why the file was skipped (a missing, not required file), else null.
+      returned: always
+      type: str
+      sample: file does not exist
+    removed:
+      description: The removed members, in document order, each with its concrete key path and its old value.
+      returned: always
+      type: list
+      elements: dict
+      sample:
+        - key: quantization_config.kv_cache_scheme
+          value: {num_bits: 8, type: float, strategy: tensor, dynamic: false, symmetric: true}
+    symlink:
+      description:
+        - Null for a regular file. For a link, C(link) (the link text), C(target) (resolved), C(action)
+          (V(copy), V(follow), or null when nothing was written) and C(shared_with) (other links in the Hugging Face
+          cache repo that resolve to the same blob).
+      returned: always
+      type: dict
+    written:
+      description: The path actually written (the link's target with O(symlinks=follow)); absent when not written.
+      returned: when the file was written
+      type: str
+    backup_file:
+      description: Name of the backup made before writing.
+      returned: when O(backup=true) and the file was written
+      type: str
+      sample: /models/Kimi-K2.5/config.json.4242.2025-06-01@12:00:00~
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
+    DEFAULT_FILES,
+    JSONEditError,
+    diff_of,
+    plan_file,
+    public_result,
+    write_plan,
+)
+
+
+def _entries(module):
+    """(file path, key paths, required) for each file to consider."""
+    path = module.params['path']
+    files = module.params['files']
+    absent = module.params['absent']
+    if not os.path.exists(path):
+        module.fail_json(msg='%s does not exist. Give an existing model directory or JSON file.' % path)
+    if os.path.isdir(path):
+        if absent is not None:
+            module.fail_json(msg='%s is a directory: list the files and their keys in "files", or give the path '
+                                 'of one JSON file together with "absent".' % path)
+        entries = []
+        for spec in files if files is not None else DEFAULT_FILES:
+            name = spec['name']
+            parts = name.replace('\\', '/').split('/')
+            if os.path.isabs(name) or '..' in parts or not name.strip():
+                module.fail_json(msg='file name %r must be relative to %s and must not contain "..".' % (name, path))
+            if not spec['absent']:
+                module.fail_json(msg='file %r has an empty "absent" list; name at least one key path.' % name)
+            entries.append((os.path.join(path, name), spec['absent'], spec['required']))
+        return entries
+    if files is not None:
+        module.fail_json(msg='%s is a file: give its keys in "absent" ("files" is for a model directory).' % path)
+    if not absent:
+        module.fail_json(msg='%s is a file: "absent" must list at least one key path.' % path)
+    return [(path, absent, True)]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type='path', required=True),
+            files=dict(type='list', elements='dict', options=dict(
+                name=dict(type='str', required=True),
+                absent=dict(type='list', elements='str', required=True),
+                required=dict(type='bool', default=False),
+            )),
+            absent=dict(type='list', elements='str'),
+            state=dict(type='str', choices=['absent'], default='absent'),
+            symlinks=dict(type='str', choices=['refuse', 'copy', 'follow'], default='refuse'),
+            backup=dict(type='bool', default=False),
+        ),
+        mutually_exclusive=[('files', 'absent')],
+        supports_check_mode=True,
+    )
+
+    try:
+        plans = [plan_file(path, keys, required=required, symlinks=module.params['symlinks'])
+                 for path, keys, required in _entries(module)]
+    except JSONEditError as exc:
+        details = dict((k, v) for k, v in (('file', exc.path), ('line', exc.line), ('column', exc.column))
+                       if v is not None)
+        module.fail_json(msg=exc.msg, changed=False, **details)
+
+    results = []
+    diffs = []
+    written_any = False
+    for plan in plans:
+        public = public_result(plan)
+        if plan['changed']:
+            diffs.append(diff_of(plan))
+            if not module.check_mode:
+                try:
+                    backup_file = write_plan(module, plan, backup=module.params['backup'])
+                except JSONEditError as exc:
+                    module.fail_json(msg=exc.msg, file=exc.path, changed=written_any,
+                                     files=results + [public])
+                written_any = True
+                public['written'] = plan['_write_path']
+                if backup_file:
+                    public['backup_file'] = backup_file
+        results.append(public)
+
+    removed_count = sum(len(r['removed']) for r in results)
+    changed_files = sum(1 for r in results if r['changed'])
+    if removed_count:
+        verb = 'would remove' if module.check_mode else 'removed'
+        msg = '%s %d key(s) from %d file(s)' % (verb, removed_count, changed_files)
+    else:
+        msg = 'nothing to remove: the keys are already absent'
+    result = dict(changed=bool(removed_count), msg=msg, removed_count=removed_count, files=results)
+    if module._diff and diffs:
+        result['diff'] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
