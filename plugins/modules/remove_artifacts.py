@@ -1,0 +1,330 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: remove_artifacts
+short_description: Remove debug artifacts (tensor dumps) by file name pattern inside allowed directories
+version_added: 0.1.0
+description:
+  - Removes files whose names match shell-style patterns inside the listed directories, for example the
+    C(embed_debug_tp0.pt) ... tensor dumps a hand-patched vLLM leaves in C(/tmp), and reports how many files and
+    bytes went.
+  - Never follows a symbolic link. Directories are opened one component at a time without following links and every
+    file is removed relative to its open directory, so a directory swapped for a link during the run is not entered.
+    A link whose name matches a pattern is removed as a link (or skipped, see O(symlinks)); its target is never
+    touched.
+  - Inputs that could escape are refused before anything is looked at; relative directories, directories containing
+    C(..), C(/), C(/proc), C(/sys), C(/dev), directories that resolve through a symbolic link; patterns that are
+    absolute, contain C(/) or C(..), or match every name (such as C(*)).
+  - Files held open by a running process are found through C(/proc/<pid>/fd) and reported (see O(in_use)).
+options:
+  paths:
+    description:
+      - Absolute directories to look in. A directory that does not exist is reported in RV(skipped), not an error.
+    type: list
+    elements: path
+    default: [/tmp]
+  patterns:
+    description:
+      - Shell-style patterns (C(*), C(?), C([...])) matched, case-sensitively, against file names (not paths).
+    type: list
+    elements: str
+    default: [nomla_debug_tp*.pt, embed_debug_tp*.pt, mla_debug_layer*_tp*.pt]
+  recursive:
+    description:
+      - Also look in subdirectories (never through a link to a directory).
+    type: bool
+    default: false
+  max_depth:
+    description:
+      - With O(recursive=true), how many levels of subdirectories to enter below each path (V(1) means the
+        subdirectories of the path but not theirs). Unlimited when not set.
+      - Only valid with O(recursive=true).
+    type: int
+  symlinks:
+    description:
+      - V(remove_link) removes a matching symbolic link itself; its target is never opened, followed or removed.
+      - V(skip) leaves matching links alone and lists them in RV(skipped).
+    type: str
+    choices: [remove_link, skip]
+    default: remove_link
+  in_use:
+    description:
+      - What to do with a matching file that a running process holds open (found in C(/proc/<pid>/fd); processes of
+        other users are only visible to root).
+      - V(report) removes it and lists the processes in RV(removed[].in_use_by). Its space is freed only when the
+        process closes it, which RV(bytes_held) counts.
+      - V(skip) leaves it and lists it in RV(skipped).
+      - V(fail) fails the task before anything is removed.
+    type: str
+    choices: [report, skip, fail]
+    default: report
+  min_age:
+    description:
+      - Only remove files last modified at least this long ago, for example V(10m) or V(2h) (units C(s), C(m), C(h),
+        C(d), C(w); a plain number is seconds). Younger files are listed in RV(skipped).
+    type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Lists what would be removed in RV(would_remove), with the same counts, and removes nothing.
+  diff_mode:
+    support: full
+    details: The list of matching files before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Sizes are apparent sizes (C(st_size)); RV(bytes_freed_human) uses decimal units (1 MB = 1,000,000 bytes).
+  - A matching link counts with size 0 (removing it frees no data).
+  - The lists in the result hold at most 1000 entries each; RV(count) and RV(bytes_freed) always count everything.
+  - Processes holding files open are found on Linux only (C(/proc)); elsewhere none are reported.
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only).
+seealso:
+  - module: ansible.builtin.find
+  - module: ansible.builtin.file
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Remove the debug tensor dumps from /tmp
+  gpufleet.vllm.remove_artifacts:
+  register: dumps
+
+- name: Say what went
+  ansible.builtin.debug:
+    msg: "{{ dumps.count }} files, {{ dumps.bytes_freed_human }}"
+
+- name: See what would go, in a drift audit
+  gpufleet.vllm.remove_artifacts:
+    paths: [/tmp, /var/tmp]
+  check_mode: true
+  diff: true
+
+- name: Look one level into subdirectories, only files older than 10 minutes, never a dump still in use
+  gpufleet.vllm.remove_artifacts:
+    paths: [/tmp]
+    patterns: ["*_debug_tp*.pt"]
+    recursive: true
+    max_depth: 1
+    min_age: 10m
+    in_use: skip
+"""
+
+RETURN = r"""
+changed:
+  description: Whether files were (or, in check mode, would be) removed.
+  returned: always
+  type: bool
+msg:
+  description: One-line summary.
+  returned: always
+  type: str
+  sample: removed 35 files (65.3 MB) from /tmp
+count:
+  description: Number of files removed (in check mode, that would be removed).
+  returned: always
+  type: int
+  sample: 35
+bytes_freed:
+  description: Sum of their sizes in bytes.
+  returned: always
+  type: int
+  sample: 65276224
+bytes_freed_human:
+  description: RV(bytes_freed) in decimal units.
+  returned: always
+  type: str
+  sample: 65.3 MB
+bytes_held:
+  description: Bytes of removed files still held open by a process; their space is freed when it closes them.
+  returned: always
+  type: int
+  sample: 0
+removed:
+  description: The files removed; empty in check mode.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: Full path.
+      type: str
+      returned: always
+      sample: /tmp/embed_debug_tp0.pt
+    size:
+      description: Size in bytes (0 for a link).
+      type: int
+      returned: always
+    type:
+      description: V(file) or V(link).
+      type: str
+      returned: always
+    link_target:
+      description: Text of the link (for a link); the target was not touched.
+      type: str
+      returned: when type is link
+    in_use_by:
+      description: Processes that held the file open, each with C(pid) and C(name).
+      type: list
+      elements: dict
+      returned: always
+      sample: [{pid: 4242, name: python3}]
+would_remove:
+  description: In check mode, the files that would be removed (same fields as RV(removed)).
+  returned: in check mode
+  type: list
+  elements: dict
+skipped:
+  description: Matching entries left alone, and directories not read or not followed, each with C(path) and C(reason).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{path: /tmp/mla_debug_layer0_tp0.pt, reason: "held open by pid 4242 (python3)"}]
+truncated:
+  description: Whether a list was cut at 1000 entries.
+  returned: always
+  type: bool
+processes_unreadable:
+  description: Processes whose open files could not be inspected (other users' processes when not root).
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
+    DEFAULT_PATHS,
+    DEFAULT_PATTERNS,
+    LIST_LIMIT,
+    ArtifactError,
+    find_holders,
+    human_bytes,
+    parse_age,
+    remove,
+    scan,
+    validate_directory,
+    validate_pattern,
+)
+
+
+def _holders_text(cand):
+    return ', '.join('pid %d (%s)' % (h['pid'], h['name'] or '?') for h in cand.in_use_by)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type='list', elements='path', default=list(DEFAULT_PATHS)),
+            patterns=dict(type='list', elements='str', default=list(DEFAULT_PATTERNS)),
+            recursive=dict(type='bool', default=False),
+            max_depth=dict(type='int'),
+            symlinks=dict(type='str', choices=['remove_link', 'skip'], default='remove_link'),
+            in_use=dict(type='str', choices=['report', 'skip', 'fail'], default='report'),
+            min_age=dict(type='str'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+
+    try:
+        if not params['paths']:
+            raise ArtifactError('"paths" is empty; list the directories to clean, such as /tmp.')
+        if not params['patterns']:
+            raise ArtifactError('"patterns" is empty; list file name patterns such as embed_debug_tp*.pt.')
+        paths = []
+        for path in params['paths']:
+            normal = validate_directory(path)
+            if normal not in paths:
+                paths.append(normal)
+        for pattern in params['patterns']:
+            validate_pattern(pattern)
+        if params['max_depth'] is not None:
+            if not params['recursive']:
+                raise ArtifactError('max_depth only applies with recursive: true.')
+            if params['max_depth'] < 0:
+                raise ArtifactError('max_depth must be 0 or more.')
+        min_age = parse_age(params['min_age'])
+    except ArtifactError as exc:
+        module.fail_json(msg=str(exc))
+
+    candidates, skipped = scan(paths, params['patterns'], recursive=params['recursive'],
+                               max_depth=params['max_depth'], symlinks=params['symlinks'], min_age=min_age)
+    dummy, unreadable = find_holders(candidates)
+    matched = sorted(c.path for c in candidates)
+
+    held = [c for c in candidates if c.in_use_by]
+    if held and params['in_use'] == 'fail':
+        module.fail_json(
+            msg='%d matching file(s) are held open by running processes: %s. Nothing was removed. Stop those '
+                'processes first, or set in_use to report or skip.'
+                % (len(held), '; '.join('%s by %s' % (c.path, _holders_text(c)) for c in held[:20])),
+            in_use=[c.as_dict() for c in held[:LIST_LIMIT]], changed=False)
+    if held and params['in_use'] == 'skip':
+        for cand in held:
+            skipped.append({'path': cand.path, 'reason': 'held open by %s' % _holders_text(cand)})
+        candidates = [c for c in candidates if not c.in_use_by]
+
+    failed = []
+    if module.check_mode:
+        gone = candidates
+    else:
+        gone, failed, vanished = remove(candidates)
+        skipped.extend(vanished)
+
+    count = len(gone)
+    bytes_freed = sum(c.size for c in gone)
+    bytes_held = sum(c.size for c in gone if c.in_use_by)
+    listed = [c.as_dict() for c in gone[:LIST_LIMIT]]
+    result = dict(
+        changed=count > 0,
+        count=count,
+        bytes_freed=bytes_freed,
+        bytes_freed_human=human_bytes(bytes_freed),
+        bytes_held=bytes_held,
+        removed=[] if module.check_mode else listed,
+        skipped=skipped[:LIST_LIMIT],
+        truncated=count > LIST_LIMIT or len(skipped) > LIST_LIMIT,
+        processes_unreadable=unreadable,
+    )
+    if module.check_mode:
+        result['would_remove'] = listed
+    if module._diff:
+        gone_paths = set(c.path for c in gone)
+        result['diff'] = dict(
+            before_header='files matching %s' % ', '.join(params['patterns']),
+            after_header='files matching %s' % ', '.join(params['patterns']),
+            before=''.join(p + '\n' for p in matched),
+            after=''.join(p + '\n' for p in matched if p not in gone_paths),
+        )
+
+    where = ', '.join(paths)
+    if count:
+        result['msg'] = '%s %d file%s (%s) from %s' % ('would remove' if module.check_mode else 'removed', count,
+                                                       '' if count == 1 else 's', human_bytes(bytes_freed), where)
+    else:
+        result['msg'] = 'nothing to remove in %s' % where
+    if bytes_held:
+        module.warn('%d removed file(s) (%s) are still held open by running processes; their space is freed '
+                    'only when those processes close them or exit.'
+                    % (len([c for c in gone if c.in_use_by]), human_bytes(bytes_held)))
+    if failed:
+        result['failed_paths'] = failed[:LIST_LIMIT]
+        del result['msg']
+        module.fail_json(msg='%d file(s) could not be removed: %s. %s' % (
+            len(failed), '; '.join('%s (%s)' % (f['path'], f['reason']) for f in failed[:10]),
+            'The others were removed.' if count else 'Nothing was removed.'), **result)
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
