@@ -77,6 +77,17 @@ Environment (all optional)::
     VLLM_STANDIN_CRASH_EXIT_CODE=1         exit status of a simulated crash
     VLLM_STANDIN_KV_CACHE_TOKENS=1000000   KV cache size for kv_cache_usage_perc
     VLLM_STANDIN_VERSION=0.33.0            reported by /version and --version
+    VLLM_STANDIN_VENV=                     the vLLM environment this server
+                                           "runs" (a unit passes its venv):
+                                           /version reports the vllm version
+                                           installed there, and the log says
+                                           which environment was resolved
+    VLLM_STANDIN_NEVER_READY_VENV=         a glob: when VLLM_STANDIN_VENV
+                                           resolves (links followed) to a
+                                           path matching it, load forever;
+                                           makes one build fail its
+                                           readiness gate while the previous
+                                           one still works (rollback tests)
     VLLM_STANDIN_REQUIRE_MODEL_DIR=1       0: do not fail when MODEL is a
                                            missing local path
     FAKE_NVML_STATE=/var/lib/fake-nvml/state
@@ -99,6 +110,8 @@ Note that installing the real vLLM wheel into the same venv replaces
 import argparse
 import errno
 import fcntl
+import fnmatch
+import glob
 import json
 import logging
 import os
@@ -134,6 +147,18 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
                7680.0)
+
+
+def _venv_vllm_version(venv):
+    """The version of the vllm distribution installed in VENV, or None."""
+    if not venv:
+        return None
+    for site in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")):
+        for dist in sorted(glob.glob(os.path.join(site, "vllm-*.dist-info"))):
+            name = os.path.basename(dist)[len("vllm-"):-len(".dist-info")]
+            if name:
+                return name
+    return None
 
 
 class ConfigError(Exception):
@@ -240,7 +265,13 @@ class Settings:
         self.exit_after_seconds = _env_number("VLLM_STANDIN_EXIT_AFTER_SECONDS", 0.0)
         self.crash_exit_code = _env_number("VLLM_STANDIN_CRASH_EXIT_CODE", 1, kind=int)
         self.kv_cache_tokens = _env_number("VLLM_STANDIN_KV_CACHE_TOKENS", 1000000, kind=int, minimum=1)
-        self.version = os.environ.get("VLLM_STANDIN_VERSION", "").strip() or STANDIN_VERSION
+        self.venv = os.environ.get("VLLM_STANDIN_VENV", "").strip()
+        self.venv_resolved = os.path.realpath(self.venv) if self.venv else ""
+        self.version = (os.environ.get("VLLM_STANDIN_VERSION", "").strip()
+                        or _venv_vllm_version(self.venv_resolved) or STANDIN_VERSION)
+        never_glob = os.environ.get("VLLM_STANDIN_NEVER_READY_VENV", "").strip()
+        if never_glob and self.venv_resolved and fnmatch.fnmatch(self.venv_resolved, never_glob):
+            self.never_ready = True
         self.require_model_dir = _env_flag("VLLM_STANDIN_REQUIRE_MODEL_DIR", True)
         self.state_path = os.environ.get("FAKE_NVML_STATE") or DEFAULT_STATE_PATH
         self.max_model_len = None  # resolved from the model's config.json
@@ -1204,8 +1235,12 @@ class StandinApp:
         """Wait the load time (forever when never-ready); False if signalled."""
         settings = self.settings
         started = time.monotonic()
+        if settings.venv:
+            LOG.info("vLLM environment %s (resolved: %s), vllm %s", settings.venv, settings.venv_resolved,
+                     settings.version)
         if settings.never_ready:
-            LOG.info("VLLM_STANDIN_NEVER_READY is set: the model load will never finish.")
+            LOG.info("VLLM_STANDIN_NEVER_READY is set (or VLLM_STANDIN_NEVER_READY_VENV matches): "
+                     "the model load will never finish.")
             while not self.signalled.wait(5.0):
                 LOG.info("Still loading model weights (%.0f s)...", time.monotonic() - started)
             return False

@@ -729,3 +729,23 @@ def test_real_vllm_bench_serve(server, model_dir, tmp_path):
     assert data["total_input_tokens"] == 8 * 32
     # 4 streams at 200 tok/s would be 800 tok/s: the cap of 300 tok/s holds
     assert data["output_throughput"] < 330
+
+
+def test_version_and_never_ready_follow_the_venv(tmp_path, monkeypatch):
+    """VLLM_STANDIN_VENV: /version reports the vllm installed there (links
+    followed); VLLM_STANDIN_NEVER_READY_VENV makes only matching builds hang."""
+    site = tmp_path / "envs" / "new" / "lib" / "python3.11" / "site-packages"
+    (site / "vllm-0.34.0rc1.dev5+gabc.dist-info").mkdir(parents=True)
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "envs" / "new")
+    args, unknown = standin.build_parser().parse_known_intermixed_args(
+        ["serve", str(tmp_path), "--served-model-name", "m"])
+    monkeypatch.delenv("VLLM_STANDIN_VERSION", raising=False)
+    monkeypatch.delenv("VLLM_STANDIN_NEVER_READY", raising=False)
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(link))
+    monkeypatch.setenv("VLLM_STANDIN_NEVER_READY_VENV", str(tmp_path / "envs" / "*"))
+    cfg = standin.Settings(args, unknown)
+    assert cfg.version == "0.34.0rc1.dev5+gabc"
+    assert cfg.never_ready
+    monkeypatch.setenv("VLLM_STANDIN_NEVER_READY_VENV", str(tmp_path / "old" / "*"))
+    assert not standin.Settings(args, unknown).never_ready
