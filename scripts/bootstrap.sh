@@ -39,12 +39,16 @@ fi
   || die "$HOST_PYTHON is $("$HOST_PYTHON" -V 2>&1); the control node needs Python 3.11 or newer (ansible-core 2.19)"
 REQ_HASH="$(sha256sum "$REPO_ROOT/requirements/control.txt" | cut -c1-16)"
 if [[ ! -f "$VENV/.installed-$REQ_HASH" ]]; then
-  log "creating $VENV with the pinned control-node packages"
-  rm -rf "$VENV"
-  "$HOST_PYTHON" -m venv "$VENV" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    "$HOST_PYTHON" -m venv "$VENV" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
+  fi
+  log "installing the pinned control-node packages into $VENV"
   "$VENV/bin/python" -m pip install -q "$(grep -E '^uv==' "$REPO_ROOT/requirements/control.txt")"
-  "$VENV/bin/uv" pip install -q -p "$VENV/bin/python" -r "$REPO_ROOT/requirements/control.txt" \
+  # sync, not delete and recreate: a run in progress keeps a working venv
+  "$VENV/bin/uv" pip sync -q -p "$VENV/bin/python" "$REPO_ROOT/requirements/control.txt" \
     || die "could not install requirements/control.txt into $VENV"
+  rm -f "$VENV"/.installed-*
   touch "$VENV/.installed-$REQ_HASH"
 fi
 

@@ -20,6 +20,7 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_ROOT/tests/sim/containers.conf}
 export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
 export ANSIBLE_COLLECTIONS_PATH="$REPO_ROOT/.cache/collections"
 # The machine's own python3 (not the venv's), to create the venv with.
+export HOST_PYTHON
 HOST_PYTHON="${GPUFLEET_PYTHON:-$(PATH="${PATH//$VENV\/bin:/}" command -v python3 || true)}"
 case ":$PATH:" in *":$VENV/bin:"*) ;; *) export PATH="$VENV/bin:$PATH" ;; esac
 

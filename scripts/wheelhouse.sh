@@ -38,13 +38,18 @@ fi
 log "downloading wheels for $(basename "$REQ") ${DEPS:-with dependencies}"
 TMP="$(mktemp -d "$GPUFLEET_WHEELHOUSE/.partial.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
-# The hosts are Debian bookworm (CPython 3.11, glibc 2.36, x86_64).
+# The hosts are Debian bookworm (CPython 3.11, glibc 2.36, x86_64). pip takes
+# --platform tags literally (manylinux_2_36 does not imply manylinux_2_31), so
+# every glibc level the hosts can run is listed.
+PLATFORMS=()
+for minor in $(seq 36 -1 17); do
+  PLATFORMS+=(--platform "manylinux_2_${minor}_x86_64")
+done
+PLATFORMS+=(--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
 # shellcheck disable=SC2086
 "$PY" -m pip download -q $DEPS --only-binary=:all: \
   --python-version 3.11 --implementation cp --abi cp311 \
-  --platform manylinux_2_36_x86_64 --platform manylinux_2_28_x86_64 \
-  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  --platform linux_x86_64 --platform any \
+  "${PLATFORMS[@]}" \
   -r "$REQ" -d "$TMP" \
   || die "could not download the wheels of $REQ (is the package index reachable?)"
 : >"$TMP/.stamp"

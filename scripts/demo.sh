@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
+#
+# The main job on the simulated fleet: bring up three "dirty" GPU hosts
+# (inventories/local) and run the rollout playbook against them.
+#   scripts/demo.sh            set up what is missing, then roll out
+#   scripts/demo.sh --reset    make the hosts dirty again first
+# Extra arguments go to ansible-playbook (e.g. --check, --tags debug_artifacts).
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$REPO_ROOT"
+
+RESET=0
+if [[ "${1:-}" == "--reset" ]]; then RESET=1; shift; fi
+
+"$REPO_ROOT/scripts/bootstrap.sh"
+GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
+export GPUFLEET_HOST_IMAGE
+if ((RESET)); then
+  "$REPO_ROOT/scripts/sim_fleet.sh" reset
+else
+  "$REPO_ROOT/scripts/sim_fleet.sh" up
+fi
+
+log "ansible-playbook playbooks/rollout.yml -i inventories/local $*"
+exec ansible-playbook -i inventories/local playbooks/rollout.yml "$@"
