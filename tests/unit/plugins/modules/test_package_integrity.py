@@ -1,0 +1,204 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.package_integrity, run in-process on wheels built in the test."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_helpers():
+    """The wheel builder and installer of the module_utils tests."""
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_integrity_helpers", os.path.join(os.path.dirname(HERE), "module_utils", "test_integrity.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+helpers = _load_helpers()
+
+
+@pytest.fixture
+def run(capsys):
+    """run(args, check=False) -> (exit code, result dict)."""
+    def _run(args, check=False):
+        args = dict(args, _ansible_check_mode=check)
+        with patch_module_args(args):
+            with pytest.raises(SystemExit) as exc:
+                package_integrity.main()
+        return exc.value.code, json.loads(capsys.readouterr().out)
+    return _run
+
+
+@pytest.fixture
+def venv(tmp_path):
+    wheel = helpers.make_wheel(tmp_path)
+    site = helpers.install_wheel(wheel, tmp_path / "venv")
+    return {"root": str(tmp_path / "venv"), "site": site, "wheel": wheel}
+
+
+def base_args(env, **extra):
+    args = {"venv": env["root"], "name": "demo", "uv_cache_dir": []}
+    args.update(extra)
+    return args
+
+
+def test_pristine(run, venv):
+    code, result = run(base_args(venv))
+    assert code == 0
+    assert result["changed"] is False and result["pristine"] is True
+    assert result["counts"]["ok"] == len(helpers.DEMO_FILES) + 5
+    assert result["msg"].startswith("demo 1.0 in %s is pristine" % venv["site"])
+
+
+def test_drift_fails_and_names_the_files(run, venv):
+    helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
+    os.unlink(os.path.join(venv["site"], "demo", "sub", "model.py"))
+    code, result = run(base_args(venv))
+    assert code == 1 and result["failed"] is True and result["changed"] is False
+    assert result["msg"] == (
+        "demo 1.0 in %s is not pristine: 1 modified, 1 missing. First: demo/core.py (modified), "
+        "demo/sub/model.py (missing). (fail_on_drift is true; set it to false to only report.)" % venv["site"])
+    assert result["counts"]["modified"] == 1 and result["pristine"] is False
+
+
+def test_drift_reported_without_failing(run, venv):
+    helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
+    code, result = run(base_args(venv, fail_on_drift=False, wheel=venv["wheel"]))
+    assert code == 0 and not result.get("failed")
+    assert result["pristine"] is False
+    assert result["files"]["modified"][0]["path"] == "demo/core.py"
+    assert "-    return x\n+    return 0\n" in result["diffs"][0]["diff"]
+
+
+def test_check_mode_gives_the_same_result(run, venv):
+    helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
+    code1, normal = run(base_args(venv, fail_on_drift=False))
+    code2, checked = run(base_args(venv, fail_on_drift=False), check=True)
+    assert code1 == code2 == 0
+    for key in ("pristine", "counts", "files", "findings", "changed"):
+        assert normal[key] == checked[key]
+
+
+def test_python_option_runs_the_target_interpreter(run, tmp_path):
+    root = tmp_path / "target-env"
+    uv = os.path.join(os.path.dirname(sys.executable), "uv")
+    if os.access(uv, os.X_OK):
+        subprocess.run([uv, "venv", "-q", str(root), "--python", sys.executable], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = helpers.install_wheel(helpers.make_wheel(tmp_path), root)
+    code, result = run({"python": str(root / "bin" / "python"), "name": "demo", "uv_cache_dir": []})
+    assert code == 0, result["msg"]
+    assert result["pristine"] is True
+    assert os.path.realpath(result["site_packages"]) == os.path.realpath(site)
+    assert result["environment"]["source"] == "python:%s" % (root / "bin" / "python")
+
+
+def test_cannot_verify_fails_unless_told_not_to(run, venv):
+    os.unlink(os.path.join(venv["site"], "demo-1.0.dist-info", "RECORD"))
+    code, result = run(base_args(venv))
+    assert code == 1 and "cannot be verified" in result["msg"] and "no RECORD file" in result["reason"]
+    code, result = run(base_args(venv, fail_on_drift=False))
+    assert code == 0 and result["verifiable"] is False and result["pristine"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"name": "torch"}, "The distribution 'torch' is not installed in "),
+    ({"venv": None, "python": "/nonexistent/bin/python"},
+     "The Python interpreter /nonexistent/bin/python does not exist or is not executable on this host."),
+    ({"venv": None, "site_packages": "/nonexistent/site-packages"},
+     "The site-packages directory /nonexistent/site-packages does not exist."),
+    ({"max_list": 0}, "max_list must be 1 or more (got 0)."),
+    ({"diff_max_bytes": 10}, "diff_max_bytes must be 256 or more (got 10)."),
+    ({"python": "/usr/bin/python3"}, "parameters are mutually exclusive: python|venv|site_packages"),
+    ({"venv": None}, "one of the following is required: python, venv, site_packages"),
+])
+def test_bad_input_is_a_clear_message(run, venv, args, message):
+    merged = base_args(venv, **args)
+    merged = dict((k, v) for k, v in merged.items() if v is not None)
+    code, result = run(merged)
+    assert code == 1 and result["failed"] is True
+    assert result["msg"].startswith(message), result["msg"]
+    assert "Traceback" not in json.dumps(result)
+
+
+# ---------------------------------------------------------------------------
+# Documentation matches the code
+# ---------------------------------------------------------------------------
+
+def argument_spec(monkeypatch):
+    captured = {}
+
+    class Capture:
+        def __init__(self, argument_spec, **kwargs):
+            captured.update(argument_spec)
+            captured["__kwargs__"] = kwargs
+            raise SystemExit(0)
+    monkeypatch.setattr(package_integrity, "AnsibleModule", Capture)
+    with pytest.raises(SystemExit):
+        package_integrity.main()
+    return captured
+
+
+def test_documented_options_match_the_argument_spec(monkeypatch):
+    spec = argument_spec(monkeypatch)
+    kwargs = spec.pop("__kwargs__")
+    assert kwargs["supports_check_mode"] is True
+    doc = yaml.safe_load(package_integrity.DOCUMENTATION)
+    assert doc["module"] == "package_integrity" and doc["version_added"] == "0.1.0"
+    options = doc["options"]
+    assert sorted(options) == sorted(spec)
+    for name, option in options.items():
+        assert option["type"] == spec[name]["type"], name
+        assert option.get("default") == spec[name].get("default"), name
+        assert option.get("elements") == spec[name].get("elements"), name
+        assert option.get("choices") == spec[name].get("choices"), name
+
+
+def test_documented_return_values_cover_the_result(run, venv):
+    helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
+    code, result = run(base_args(venv, fail_on_drift=False, wheel=venv["wheel"]))
+    documented = set(yaml.safe_load(package_integrity.RETURN))
+    assert set(result) - {"changed", "invocation"} == documented
+
+
+def test_examples_are_valid_yaml_tasks():
+    tasks = yaml.safe_load(package_integrity.EXAMPLES)
+    modules = [next(k for k in task if k != "name" and k != "register" and k != "when") for task in tasks]
+    assert modules.count("gpufleet.vllm.package_integrity") == 3
+
+
+@pytest.mark.skipif(shutil.which("ansible-doc") is None and not os.path.exists(
+    os.path.join(os.path.dirname(sys.executable), "ansible-doc")), reason="ansible-doc not installed")
+def test_ansible_doc_renders(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+    collections = os.path.join(repo, ".cache", "collections")
+    tool = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    if not os.path.exists(tool):
+        tool = shutil.which("ansible-doc")
+    proc = subprocess.run([tool, "--json", "gpufleet.vllm.package_integrity"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, check=False,
+                          env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, HOME=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr.decode()
+    data = json.loads(proc.stdout)["gpufleet.vllm.package_integrity"]
+    assert "fail_on_drift" in data["doc"]["options"]
+    assert "uv_cache_tainted" in data["return"]
+    assert "gpufleet.vllm.package_integrity" in data["examples"]
