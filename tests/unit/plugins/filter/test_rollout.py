@@ -1,0 +1,43 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_line
+
+
+def test_full_row():
+    row = {"host": "gpu-a01", "status": "updated", "build_before": "0.33.0", "build_after": "0.34.0",
+           "downtime_s": 541.23, "artifacts_removed": 35, "artifacts_bytes": "65.3 MB",
+           "config_keys_removed": 2, "pristine": True, "single_stream_tok_s": 81.96, "peak_tok_s": 2275.6}
+    assert rollout_line(row) == (
+        "gpu-a01: updated, vllm 0.33.0 -> 0.34.0, downtime 541.2 s, 35 dumps removed (65.3 MB), "
+        "2 config keys removed, pristine, 82.0 tok/s single stream, 2276 tok/s peak")
+
+
+def test_failed_row_names_the_failure_and_leaves_out_missing_figures():
+    row = {"host": "gpu-a02", "status": "FAILED, rolled back", "build_before": "0.33.0",
+           "build_after": "0.33.0", "pristine": None, "downtime_s": None,
+           "failure": "Readiness gate: /health never answered 200 within 900 s"}
+    assert rollout_line(row) == (
+        "gpu-a02: FAILED, rolled back, vllm 0.33.0 -- Readiness gate: /health never answered 200 within 900 s")
+
+
+def test_untouched_row():
+    assert rollout_line({"host": "gpu-a03", "status": "untouched"}) == "gpu-a03: untouched"
+
+
+def test_not_a_dict():
+    with pytest.raises(AnsibleFilterError, match="summary row"):
+        rollout_line("gpu-a01")
+
+
+def test_audit_line_names_every_drift_class():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    row = {"host": "gpu-a01", "drift": ["integrity", "config", "dumps"], "build": "0.33.0",
+           "integrity": "2 files modified", "config_keys_present": 2, "dumps": 35, "dumps_bytes": "65.3 MB",
+           "unit": "vllm-kimi-k25.service", "unit_state": "active"}
+    assert audit_line(row) == (
+        "gpu-a01: DRIFT: integrity, config, dumps, vllm 0.33.0, 2 files modified, "
+        "2 SM120 KV-cache keys present, 35 debug dumps (65.3 MB), vllm-kimi-k25.service active")
+    clean = dict(row, drift=[], integrity="pristine", config_keys_present=0, dumps=0)
+    assert audit_line(clean) == "gpu-a01: no drift, vllm 0.33.0, pristine, vllm-kimi-k25.service active"
