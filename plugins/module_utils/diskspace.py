@@ -1,0 +1,54 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Free space on the filesystem that holds a path (which need not exist yet)."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+
+MIB = 1024 * 1024
+
+
+def nearest_existing(path):
+    """PATH itself, or its nearest ancestor that exists (links are followed, as the filesystem would)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def mount_point(path):
+    """The mount point of the filesystem that holds the existing PATH."""
+    path = os.path.realpath(path)
+    while not os.path.ismount(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def free_space(path, statvfs=os.statvfs):
+    """Space on the filesystem that would hold PATH, as a dict.
+
+    free_mib is what an unprivileged user may still write (f_bavail, as df
+    shows it); total_mib the filesystem's size; checked is the existing path
+    that was measured; mount its mount point.
+    """
+    checked = nearest_existing(path)
+    st = statvfs(checked)
+    frsize = st.f_frsize or st.f_bsize
+    return {
+        "path": path,
+        "checked": checked,
+        "mount": mount_point(checked),
+        "exists": checked == os.path.abspath(path),
+        "free_mib": (st.f_bavail * frsize) // MIB,
+        "total_mib": (st.f_blocks * frsize) // MIB,
+    }

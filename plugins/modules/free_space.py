@@ -1,0 +1,136 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: free_space
+short_description: Free space on the filesystem that would hold a path, with an optional minimum
+version_added: 0.1.0
+description:
+  - Measures the filesystem that holds O(path), or would hold it when it does not exist yet (its nearest existing
+    ancestor is measured), with C(statvfs). Works for every filesystem type, including overlay, tmpfs, ZFS and NFS,
+    unlike the mount facts of M(ansible.builtin.setup), which list only block devices.
+  - With O(min_free_mib), fails before anything is written when less space is free, with a message that says where,
+    how much and what to do.
+  - The module only reads. It never changes anything (C(changed=false)).
+options:
+  path:
+    description: An absolute path, for example the directory a new environment will be created in.
+    type: path
+    required: true
+  min_free_mib:
+    description:
+      - Fail when fewer MiB are free for unprivileged users (as C(df) shows them). V(0) never fails.
+    type: int
+    default: 0
+  purpose:
+    description: What the space is for, in words, used in the failure message.
+    type: str
+    default: this task
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; check mode returns the same result.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - The space reserved for root (ext4 keeps 5% by default) is not counted as free, as C(df) does not count it.
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only).
+seealso:
+  - module: ansible.builtin.setup
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Need 20 GiB where the new vLLM environment goes
+  gpufleet.vllm.free_space:
+    path: /opt/vllm/envs
+    min_free_mib: 20480
+    purpose: a new vLLM environment
+
+- name: Measure only
+  gpufleet.vllm.free_space:
+    path: /var/lib/models
+  register: models_space
+"""
+
+RETURN = r"""
+path:
+  description: The path that was asked about.
+  returned: always
+  type: str
+  sample: /opt/vllm/envs
+checked:
+  description: The existing path that was measured (O(path) or its nearest existing ancestor).
+  returned: always
+  type: str
+  sample: /opt
+exists:
+  description: Whether O(path) itself exists.
+  returned: always
+  type: bool
+mount:
+  description: The mount point of the measured filesystem.
+  returned: always
+  type: str
+  sample: /
+free_mib:
+  description: MiB that unprivileged users may still write.
+  returned: always
+  type: int
+  sample: 54401
+total_mib:
+  description: The filesystem's size in MiB.
+  returned: always
+  type: int
+  sample: 257000
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import free_space
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            min_free_mib=dict(type="int", default=0),
+            purpose=dict(type="str", default="this task"),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params["path"]
+    if not path.startswith("/"):
+        module.fail_json(msg="path must be absolute, got %r." % (path,))
+    if module.params["min_free_mib"] < 0:
+        module.fail_json(msg="min_free_mib must be 0 or more, got %d." % module.params["min_free_mib"])
+    try:
+        result = free_space(path)
+    except OSError as exc:
+        module.fail_json(msg="Could not measure the free space for %s: %s." % (path, to_native(exc)))
+    needed = module.params["min_free_mib"]
+    if needed and result["free_mib"] < needed:
+        module.fail_json(
+            msg="Only %d MiB are free for %s (filesystem mounted at %s); %s needs %d MiB. Free space there or "
+                "point it at another filesystem. Nothing was changed."
+                % (result["free_mib"], path, result["mount"], module.params["purpose"], needed),
+            changed=False, **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.free_space, run in-process."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpufleet.vllm.plugins.modules import free_space
+
+
+@pytest.fixture
+def run(capsys):
+    def _run(args, check=False):
+        with patch_module_args(dict(args, _ansible_check_mode=check)):
+            with pytest.raises(SystemExit) as exc:
+                free_space.main()
+        return exc.value.code, json.loads(capsys.readouterr().out)
+    return _run
+
+
+def free_mib(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize // (1024 * 1024)
+
+
+def test_measures_a_path_that_does_not_exist_yet(run, tmp_path):
+    code, result = run({"path": str(tmp_path / "envs" / "vllm-0.33.0")}, check=True)
+    assert code == 0
+    assert result["changed"] is False
+    assert result["checked"] == str(tmp_path)
+    assert result["exists"] is False
+    assert abs(result["free_mib"] - free_mib(str(tmp_path))) < 64
+    assert not (tmp_path / "envs").exists()
+
+
+def test_enough_space_passes(run, tmp_path):
+    code, result = run({"path": str(tmp_path), "min_free_mib": 1})
+    assert code == 0 and result["exists"] is True
+
+
+def test_too_little_space_fails_with_a_plain_message(run, tmp_path):
+    code, result = run({"path": str(tmp_path / "envs"), "min_free_mib": 10 ** 9, "purpose": "staging vllm 0.33.0"})
+    assert code == 1
+    assert result["failed"] is True
+    msg = result["msg"]
+    assert msg.startswith("Only %d MiB are free for %s" % (result["free_mib"], tmp_path / "envs"))
+    assert "staging vllm 0.33.0 needs 1000000000 MiB" in msg
+    assert "Nothing was changed" in msg
+
+
+@pytest.mark.parametrize("args,needle", [
+    ({"path": "relative/dir"}, "absolute"),
+    ({"path": "/tmp", "min_free_mib": -1}, "0 or more"),
+])
+def test_bad_input(run, args, needle):
+    code, result = run(args)
+    assert code == 1 and needle in result["msg"]
