@@ -28,6 +28,8 @@ def rollout_line(row):
     before, after = row.get("build_before") or "", row.get("build_after") or ""
     if before or after:
         parts.append("vllm %s" % before if before == after or not after else "vllm %s -> %s" % (before or "?", after))
+    if row.get("pristine_before") is False:
+        parts.append("was NOT pristine")
     downtime = _num(row.get("downtime_s"), "%.1f")
     if downtime is not None:
         parts.append("downtime %s s" % downtime)

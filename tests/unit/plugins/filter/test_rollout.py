@@ -7,10 +7,11 @@ from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_lin
 
 def test_full_row():
     row = {"host": "gpu-a01", "status": "updated", "build_before": "0.33.0", "build_after": "0.34.0",
+           "pristine_before": False,
            "downtime_s": 541.23, "artifacts_removed": 35, "artifacts_bytes": "65.3 MB",
            "config_keys_removed": 2, "pristine": True, "single_stream_tok_s": 81.96, "peak_tok_s": 2275.6}
     assert rollout_line(row) == (
-        "gpu-a01: updated, vllm 0.33.0 -> 0.34.0, downtime 541.2 s, 35 dumps removed (65.3 MB), "
+        "gpu-a01: updated, vllm 0.33.0 -> 0.34.0, was NOT pristine, downtime 541.2 s, 35 dumps removed (65.3 MB), "
         "2 config keys removed, pristine, 82.0 tok/s single stream, 2276 tok/s peak")
 
 
