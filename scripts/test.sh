@@ -55,7 +55,8 @@ stage_sanity() {
   # ansible-test makes a venv per sanity test and bootstraps pip in it with a
   # script it downloads from a host outside the package registries: give it
   # a HOME of its own whose cache holds an offline stand-in for that script.
-  local home="$REPO_ROOT/.cache/ansible-test-home"
+  # (in the cache, so its per-test venvs are reused by the next clone too)
+  local home="$GPUFLEET_CACHE/ansible-test-home"
   mkdir -p "$home/.ansible/test/cache"
   cp "$REPO_ROOT/tests/sanity/get_pip_offline.py" "$home/.ansible/test/cache/get_pip_24_2.py"
   (cd "$root" && git init -q && git add -A && \
@@ -69,7 +70,11 @@ stage_build() {
   ansible-galaxy collection install --force -p "$out/collections" "$out"/gpufleet-vllm-*.tar.gz &&
   # the installed tarball, not the checkout, answers by FQCN
   ANSIBLE_COLLECTIONS_PATH="$out/collections" python -m pytest -q -p no:cacheprovider \
-    tests/integration/test_built_collection.py
+    tests/integration/test_built_collection.py &&
+  # the execution environment's build context (no image is built here)
+  rm -rf "$REPO_ROOT/.cache/ee-context" &&
+  ansible-builder create -f execution-environment.yml -c "$REPO_ROOT/.cache/ee-context" &&
+  test -s "$REPO_ROOT/.cache/ee-context/Containerfile"
 }
 
 stage_molecule() {

@@ -82,6 +82,12 @@ Environment (all optional)::
                                            /version reports the vllm version
                                            installed there, and the log says
                                            which environment was resolved
+    VLLM_STANDIN_FAULTS_FILE=/etc/vllm-standin/faults
+                                           read at start when it exists:
+                                           key=value lines never_ready=1 and
+                                           never_ready_venv=GLOB, as the two
+                                           variables; a fault injected on one
+                                           host without touching its unit
     VLLM_STANDIN_NEVER_READY_VENV=         a glob: when VLLM_STANDIN_VENV
                                            resolves (links followed) to a
                                            path matching it, load forever;
@@ -147,6 +153,21 @@ TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
                7680.0)
+
+
+def _read_faults(path):
+    """key=value lines of the faults file; {} when it does not exist."""
+    faults = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    key, value = line.split("=", 1)
+                    faults[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return faults
 
 
 def _venv_vllm_version(venv):
@@ -269,7 +290,11 @@ class Settings:
         self.venv_resolved = os.path.realpath(self.venv) if self.venv else ""
         self.version = (os.environ.get("VLLM_STANDIN_VERSION", "").strip()
                         or _venv_vllm_version(self.venv_resolved) or STANDIN_VERSION)
-        never_glob = os.environ.get("VLLM_STANDIN_NEVER_READY_VENV", "").strip()
+        faults = _read_faults(os.environ.get("VLLM_STANDIN_FAULTS_FILE", "/etc/vllm-standin/faults"))
+        if faults.get("never_ready", "0").strip().lower() in ("1", "true", "yes", "on"):
+            self.never_ready = True
+        never_glob = (os.environ.get("VLLM_STANDIN_NEVER_READY_VENV", "").strip()
+                      or faults.get("never_ready_venv", "").strip())
         if never_glob and self.venv_resolved and fnmatch.fnmatch(self.venv_resolved, never_glob):
             self.never_ready = True
         self.require_model_dir = _env_flag("VLLM_STANDIN_REQUIRE_MODEL_DIR", True)

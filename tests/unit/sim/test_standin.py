@@ -749,3 +749,22 @@ def test_version_and_never_ready_follow_the_venv(tmp_path, monkeypatch):
     assert cfg.never_ready
     monkeypatch.setenv("VLLM_STANDIN_NEVER_READY_VENV", str(tmp_path / "old" / "*"))
     assert not standin.Settings(args, unknown).never_ready
+
+
+def test_faults_file_injects_never_ready_per_venv(tmp_path, monkeypatch):
+    site = tmp_path / "envs" / "new" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    faults = tmp_path / "faults"
+    faults.write_text("# injected by a test\nnever_ready_venv=%s\n" % (tmp_path / "envs" / "*"))
+    args, unknown = standin.build_parser().parse_known_intermixed_args(
+        ["serve", str(tmp_path), "--served-model-name", "m"])
+    for name in ("VLLM_STANDIN_NEVER_READY", "VLLM_STANDIN_NEVER_READY_VENV"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VLLM_STANDIN_FAULTS_FILE", str(faults))
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(tmp_path / "envs" / "new"))
+    assert standin.Settings(args, unknown).never_ready
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(tmp_path / "old"))
+    assert not standin.Settings(args, unknown).never_ready
+    faults.unlink()
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(tmp_path / "envs" / "new"))
+    assert not standin.Settings(args, unknown).never_ready

@@ -1,0 +1,87 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""What the rollout scenario left: the reports of the audit before, the
+failed first rollout, the converging rollout and the audit after, and the
+hosts themselves."""
+
+import glob
+import json
+import os
+
+import pytest
+import testinfra
+
+REPORTS = os.environ.get("GPUFLEET_SCENARIO_REPORTS", "")
+
+
+def report(kind, name):
+    found = sorted(glob.glob(os.path.join(REPORTS, kind, "*", name)))
+    assert found, "no %s report %s under %s" % (kind, name, REPORTS)
+    with open(found[-1]) as handle:
+        return json.load(handle)
+
+
+def rows(data):
+    return {row["host"]: row for row in data["hosts"]}
+
+
+def host(name):
+    return testinfra.get_host("podman://" + name)
+
+
+def test_audit_before_reports_drift_on_every_host():
+    before = rows(report("before", "drift.json"))
+    assert set(before) == {"rollout-1", "rollout-2", "rollout-3"}
+    for row in before.values():
+        assert {"integrity", "config", "dumps"} <= set(row["drift"]), row
+        assert row["dumps"] == 35
+        assert not row["pristine"]
+
+
+def test_first_rollout_canary_passed_failing_host_rolled_back_next_untouched():
+    first = rows(report("first", "summary.json"))
+    assert first["rollout-1"]["status"] == "updated"
+    assert first["rollout-1"]["pristine"] is True
+    assert first["rollout-1"]["artifacts_removed"] == 35
+    assert first["rollout-2"]["status"] == "FAILED, rolled back"
+    assert "ready" in first["rollout-2"]["failure"].lower() or "health" in first["rollout-2"]["failure"].lower()
+    assert first["rollout-3"]["status"] == "untouched"
+
+
+def test_failing_host_served_its_previous_build_after_the_first_rollout():
+    node = host("rollout-2")
+    # the rollback pointed the link back at the adopted venv of the operators
+    assert node.file("/var/tmp/rollout-after-first-current").content_string.strip() == "/root/ml-env"
+    assert node.file("/var/tmp/rollout-after-first-version").content_string.strip() == "0.33.0"
+
+
+def test_host_after_the_failure_was_untouched_by_the_first_rollout():
+    node = host("rollout-3")
+    before = node.file("/var/tmp/rollout-before-pid").content_string.strip()
+    after = node.file("/var/tmp/rollout-after-first-pid").content_string.strip()
+    assert before == after and before != "0"
+    assert node.file("/var/tmp/rollout-after-first-current").content_string.strip() == "none"
+
+
+def test_converged_rollout_updated_the_rest():
+    converge = rows(report("converge", "summary.json"))
+    assert all(row["status"] in ("updated", "unchanged") for row in converge.values()), converge
+    assert converge["rollout-1"]["status"] == "unchanged"
+    assert converge["rollout-3"]["status"] == "updated"
+
+
+def test_audit_after_reports_no_drift():
+    after = rows(report("after", "drift.json"))
+    for name, row in after.items():
+        assert row["drift"] == [], (name, row)
+        assert row["pristine"] is True
+
+
+@pytest.mark.parametrize("name", ["rollout-1", "rollout-2", "rollout-3"])
+def test_hosts_serve_the_staged_pristine_build(name):
+    node = host(name)
+    link = node.file("/opt/vllm/current")
+    assert link.is_symlink and link.linked_to.startswith("/opt/vllm/envs/vllm-0.33.0-")
+    assert node.service("vllm-kimi-k25").is_running
+    assert not node.file("/tmp/embed_debug_tp0.pt").exists
+    config = node.file("/shared/kimi-k2.5-nvfp4/config.json").content_string
+    assert "kv_cache_scheme" not in config
