@@ -61,6 +61,11 @@ fi
 
 # --- 4. wheelhouse -----------------------------------------------------------
 "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-hosts.txt"
+# vLLM with its dependencies (about 4.3 GB of wheels) for the real
+# `vllm bench serve` of the benchmark scenario: GPUFLEET_BENCH_WHEELS=1
+if [[ "${GPUFLEET_BENCH_WHEELS:-0}" == 1 ]]; then
+  "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-bench.txt"
+fi
 
 # --- 5. fake NVML library, simulated model directory, host image -------------
 "$VENV/bin/python" "$REPO_ROOT/tests/sim/fakenvml/build.py" "$GPUFLEET_CACHE/fakenvml" >/dev/null \

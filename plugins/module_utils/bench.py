@@ -1,0 +1,432 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Results of ``vllm bench serve``: parse, summarize, compare with baselines.
+
+Pure functions on plain data (standard library only), shared by the filter
+plugins ``gpufleet.vllm.bench_parse`` / ``bench_summary`` / ``bench_compare``
+and the ``gpufleet.vllm.bench_report`` module.
+
+The result JSON of ``vllm bench serve --save-result`` changes between vLLM
+versions (``failed`` appeared late, ``request_goodput:`` carried a colon,
+the oldest scripts wrote ``request_inthroughput`` and ``input_throughput``
+and no ``total_token_throughput``, latency percentiles follow
+``--metric-percentiles``). :func:`parse_result` reads every known spelling,
+derives what it can from the counts (tokens / duration) and never raises on
+a missing or malformed field: the field is ``None`` and a note says why.
+
+Public API:
+
+* ``parse_result(data, concurrency=None, source=None) -> row``
+* ``summarize(rows, single_stream_concurrency=1) -> summary``
+* ``compare(summary, baselines, model=None, tolerance=0.10) -> verdict``
+* ``load_result_text(text) -> dict`` (JSON, or the last object of an
+  ``--append-result`` file)
+* ``ROW_METRICS``: the latency fields of a row
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import math
+
+LATENCY_METRICS = ('ttft', 'tpot', 'itl', 'e2el')
+LATENCY_STATS = ('mean', 'median', 'p99')
+ROW_METRICS = tuple('%s_%s_ms' % (stat, metric) for metric in LATENCY_METRICS for stat in LATENCY_STATS)
+COMPARED_METRICS = ('single_stream_tok_s', 'peak_tok_s')
+SCHEMA = 1
+
+
+class BenchResultError(ValueError):
+    """The input is not a benchmark result at all (not merely an old one)."""
+
+
+def _number(value):
+    """A finite float from a JSON value (numbers, numeric strings), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        result = float(value)
+    elif isinstance(value, str):
+        try:
+            result = float(value.strip())
+        except ValueError:
+            return None
+    else:
+        return None
+    if math.isnan(result) or math.isinf(result):
+        return None
+    return result
+
+
+def _count(value):
+    number = _number(value)
+    if number is None or number < 0 or number != int(number):
+        return None
+    return int(number)
+
+
+def _first(data, keys):
+    """(value, key) of the first key present with a usable number."""
+    for key in keys:
+        if key in data:
+            number = _number(data[key])
+            if number is not None:
+                return number, key
+    return None, None
+
+
+def load_result_text(text):
+    """Decode the text of a result file.
+
+    ``--save-result`` writes one JSON object; ``--append-result`` writes one
+    per line. The last complete object wins (the latest run).
+    """
+    if isinstance(text, bytes):
+        text = text.decode('utf-8', 'replace')
+    if not isinstance(text, str):
+        raise BenchResultError('expected the text of a result file, got %s' % type(text).__name__)
+    stripped = text.strip()
+    if not stripped:
+        raise BenchResultError('the result file is empty (did vllm bench serve stop before saving?)')
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        data = None
+        for line in reversed(stripped.splitlines()):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+                break
+            except ValueError:
+                continue
+        if data is None:
+            raise BenchResultError('the result file is not JSON (first bytes: %r)' % stripped[:60])
+    if isinstance(data, list):
+        objects = [item for item in data if isinstance(item, dict)]
+        if not objects:
+            raise BenchResultError('the result file holds a list without any result object')
+        data = objects[-1]
+    if not isinstance(data, dict):
+        raise BenchResultError('the result file holds a %s, not a result object' % type(data).__name__)
+    return data
+
+
+def _nested_metric(data, metric, stat):
+    """Newer layouts may group latencies: {"ttft": {"mean": ..}} or {"ttft_ms": {..}}, in ms or s."""
+    for container_key, scale in (('%s_ms' % metric, 1.0), (metric, 1.0), ('%s_s' % metric, 1000.0)):
+        container = data.get(container_key)
+        if isinstance(container, dict):
+            value = _number(container.get(stat))
+            if value is None and stat == 'median':
+                value = _number(container.get('p50'))
+            if value is not None:
+                return value * scale
+    metrics = data.get('metrics')
+    if isinstance(metrics, dict) and metrics is not data:
+        return _nested_metric(metrics, metric, stat)
+    return None
+
+
+def _percentile(values, pct):
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * pct / 100.0
+    low = int(math.floor(rank))
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _from_samples(data, metric, stat):
+    """Latency stats from the per-request lists of --save-detailed (seconds)."""
+    samples = None
+    if metric == 'ttft' and isinstance(data.get('ttfts'), list):
+        samples = [_number(v) for v in data['ttfts']]
+    elif metric == 'e2el' and isinstance(data.get('latencies'), list):
+        samples = [_number(v) for v in data['latencies']]
+    elif metric == 'itl' and isinstance(data.get('itls'), list):
+        samples = []
+        for request in data['itls']:
+            if isinstance(request, list):
+                samples.extend(_number(v) for v in request)
+    if not samples:
+        return None
+    values = [v for v in samples if v is not None and v > 0]
+    if not values:
+        return None
+    if stat == 'mean':
+        result = sum(values) / len(values)
+    elif stat == 'median':
+        result = _percentile(values, 50)
+    else:
+        result = _percentile(values, 99)
+    return result * 1000.0
+
+
+def _latency(data, metric, stat, notes):
+    keys = ['%s_%s_ms' % (stat, metric)]
+    if stat == 'median':
+        keys.append('p50_%s_ms' % metric)
+    value, dummy = _first(data, keys)
+    if value is None:
+        value = _nested_metric(data, metric, stat)
+    if value is None:
+        value = _from_samples(data, metric, stat)
+        if value is not None:
+            notes.append('%s_%s_ms computed from the per-request samples' % (stat, metric))
+    return value
+
+
+def parse_result(data, concurrency=None, source=None):
+    """Normalize one result of ``vllm bench serve`` (a dict or its JSON text).
+
+    ``concurrency`` is the level the caller asked for; the file's own
+    ``max_concurrency`` wins when present. Returns a flat dict (a "row"):
+    concurrency, num_prompts, completed, failed, duration_s, output_tok_s,
+    total_tok_s, input_tok_s, request_s, peak_output_tok_s,
+    total_input_tokens, total_output_tokens, the latency fields of
+    ``ROW_METRICS`` (ms; None when absent), model_id, backend, date, source
+    and ``notes`` (what was missing or derived).
+    """
+    if not isinstance(data, dict):
+        data = load_result_text(data)
+    notes = []
+    row = {'source': source}
+
+    level = _count(data.get('max_concurrency'))
+    if level is None:
+        level = _count(concurrency)
+        if concurrency is not None and level is None:
+            notes.append('concurrency %r is not a whole number' % (concurrency,))
+    elif concurrency is not None and _count(concurrency) not in (None, level):
+        notes.append('the file says max_concurrency %d, the sweep asked for %s' % (level, concurrency))
+    row['concurrency'] = level
+
+    row['num_prompts'] = _count(data.get('num_prompts'))
+    row['completed'] = _count(data.get('completed'))
+    failed = _count(data.get('failed'))
+    if failed is None:
+        errors = data.get('errors')
+        if isinstance(errors, list):
+            failed = sum(1 for error in errors if error)
+            notes.append('failed counted from the errors list (no "failed" field)')
+        elif row['num_prompts'] is not None and row['completed'] is not None:
+            failed = max(0, row['num_prompts'] - row['completed'])
+            notes.append('failed = num_prompts - completed (no "failed" field)')
+        else:
+            notes.append('the number of failed requests is unknown')
+    row['failed'] = failed
+    if row['completed'] is None and row['num_prompts'] is not None and failed is not None:
+        row['completed'] = max(0, row['num_prompts'] - failed)
+        notes.append('completed = num_prompts - failed (no "completed" field)')
+
+    duration, dummy = _first(data, ('duration', 'benchmark_duration', 'duration_s'))
+    row['duration_s'] = duration
+    row['total_input_tokens'] = _count(data.get('total_input_tokens'))
+    row['total_output_tokens'] = _count(data.get('total_output_tokens'))
+    usable_duration = duration if duration is not None and duration > 0 else None
+
+    output, dummy = _first(data, ('output_throughput', 'output_token_throughput', 'output_tokens_per_second'))
+    if output is None and usable_duration and row['total_output_tokens'] is not None:
+        output = row['total_output_tokens'] / usable_duration
+        notes.append('output_tok_s = total_output_tokens / duration')
+    row['output_tok_s'] = output
+
+    input_rate, dummy = _first(data, ('input_throughput', 'input_token_throughput'))
+    if input_rate is None and usable_duration and row['total_input_tokens'] is not None:
+        input_rate = row['total_input_tokens'] / usable_duration
+    row['input_tok_s'] = input_rate
+
+    total, dummy = _first(data, ('total_token_throughput', 'total_throughput', 'total_tokens_per_second'))
+    if total is None and output is not None and input_rate is not None:
+        total = output + input_rate
+        notes.append('total_tok_s = input + output throughput (no "total_token_throughput" field)')
+    row['total_tok_s'] = total
+
+    requests, key = _first(data, ('request_throughput', 'request_inthroughput', 'requests_per_second'))
+    if requests is None and usable_duration and row['completed'] is not None:
+        requests = row['completed'] / usable_duration
+        notes.append('request_s = completed / duration')
+    row['request_s'] = requests
+
+    peak, dummy = _first(data, ('max_output_tokens_per_s', 'peak_output_throughput'))
+    row['peak_output_tok_s'] = peak
+
+    for metric in LATENCY_METRICS:
+        for stat in LATENCY_STATS:
+            row['%s_%s_ms' % (stat, metric)] = _latency(data, metric, stat, notes)
+
+    for key in ('model_id', 'backend', 'date', 'label', 'tokenizer_id'):
+        value = data.get(key)
+        row[key] = value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+    if row['backend'] is None and isinstance(data.get('endpoint_type'), str):
+        row['backend'] = data['endpoint_type']
+
+    if row['completed'] is None and output is None:
+        raise BenchResultError('this is not a vllm bench serve result: it has neither "completed" nor any '
+                               'throughput field (keys: %s)' % ', '.join(sorted(data)[:12]))
+    row['ok'] = bool(row['completed']) and failed == 0
+    row['notes'] = notes
+    return row
+
+
+def _level_ok(row):
+    return bool(row.get('completed')) and row.get('failed') == 0 and row.get('output_tok_s') is not None
+
+
+def summarize(rows, single_stream_concurrency=1):
+    """Summarize the levels of one sweep on one host.
+
+    ``rows`` are :func:`parse_result` rows or raw result dicts. Returns:
+    levels (sorted by concurrency), concurrencies, single_stream_tok_s (the
+    output token throughput at ``single_stream_concurrency``: what
+    ``--max-concurrency 1`` prints), single_stream_tpot_ms and
+    single_stream_decode_tok_s (1000 / mean TPOT: the decode rate of one
+    stream without the time to first token), peak_tok_s and
+    peak_concurrency (highest output token throughput of a level without
+    failures), peak_total_tok_s, completed_requests, failed_requests,
+    failed_levels and ok (at least one level, no failed request).
+    """
+    if rows is None:
+        rows = []
+    if isinstance(rows, dict):
+        rows = [rows]
+    levels = []
+    for row in rows:
+        if isinstance(row, dict) and 'output_tok_s' in row and 'notes' in row:
+            levels.append(row)
+        else:
+            levels.append(parse_result(row))
+    levels.sort(key=lambda r: (r.get('concurrency') is None, r.get('concurrency') or 0))
+
+    single = None
+    for row in levels:
+        if row.get('concurrency') == single_stream_concurrency and _level_ok(row):
+            single = row
+    good = [row for row in levels if _level_ok(row)]
+    peak = max(good, key=lambda r: r['output_tok_s']) if good else None
+    peak_total = [row['total_tok_s'] for row in good if row.get('total_tok_s') is not None]
+    failed_levels = [row.get('concurrency') for row in levels if not _level_ok(row)]
+    failed_requests = sum(row.get('failed') or 0 for row in levels)
+    unknown = [row.get('concurrency') for row in levels if row.get('failed') is None]
+
+    tpot = single.get('mean_tpot_ms') if single else None
+    return {
+        'schema': SCHEMA,
+        'levels': levels,
+        'concurrencies': [row.get('concurrency') for row in levels],
+        'single_stream_concurrency': single_stream_concurrency,
+        'single_stream_tok_s': single['output_tok_s'] if single else None,
+        'single_stream_tpot_ms': tpot,
+        'single_stream_decode_tok_s': (1000.0 / tpot) if tpot else None,
+        'peak_tok_s': peak['output_tok_s'] if peak else None,
+        'peak_concurrency': peak.get('concurrency') if peak else None,
+        'peak_total_tok_s': max(peak_total) if peak_total else None,
+        'completed_requests': sum(row.get('completed') or 0 for row in levels),
+        'failed_requests': failed_requests,
+        'failed_levels': failed_levels,
+        'unknown_failures_levels': unknown,
+        'ok': bool(levels) and not failed_levels,
+    }
+
+
+def find_baseline(baselines, model):
+    """The baseline of ``model`` in a dict per served model name (exact, then case-insensitive).
+
+    ``baselines`` may also be one baseline (a dict with metric keys), used for any model.
+    """
+    if not isinstance(baselines, dict) or not baselines:
+        return None, None
+    if any(key in baselines for key in COMPARED_METRICS):
+        return baselines, model
+    if model is None:
+        return None, None
+    if model in baselines:
+        return baselines[model], model
+    lowered = str(model).lower()
+    for key, value in baselines.items():
+        if str(key).lower() == lowered:
+            return value, key
+    return None, None
+
+
+def _fmt(value):
+    if value is None:
+        return 'n/a'
+    return '{:,.1f}'.format(value)
+
+
+def compare(summary, baselines, model=None, tolerance=0.10):
+    """Regression verdict of a :func:`summarize` result against a baseline.
+
+    A metric regresses when measured < baseline * (1 - tolerance). A metric
+    the sweep did not measure (no concurrency-1 level, every level failed)
+    is ``not_measured``, which is no regression by itself: failed requests
+    are judged by the summary's ``ok``. Returns model, baseline_model,
+    baseline, tolerance, checked (a baseline with at least one metric was
+    found), regressed, regressions (sentences), metrics (per metric:
+    measured, baseline, floor, ratio, status ok|regressed|above|
+    not_measured|no_baseline) and message.
+    """
+    tol = _number(tolerance)
+    if tol is None or tol < 0 or tol >= 1:
+        raise ValueError('tolerance must be a fraction from 0 to below 1 (0.10 = 10%%), got %r' % (tolerance,))
+    if not isinstance(summary, dict):
+        raise ValueError('expected the summary of a sweep (a dict), got %s' % type(summary).__name__)
+    baseline, baseline_model = find_baseline(baselines, model)
+    if baseline is not None and not isinstance(baseline, dict):
+        raise ValueError('the baseline of %s must be a dict with single_stream_tok_s and/or peak_tok_s, got %r'
+                         % (baseline_model, baseline))
+    metrics = {}
+    regressions = []
+    checked = False
+    for name in COMPARED_METRICS:
+        measured = _number(summary.get(name))
+        expected = _number(baseline.get(name)) if baseline else None
+        entry = {'measured': measured, 'baseline': expected, 'floor': None, 'ratio': None}
+        if expected is None or expected <= 0:
+            entry['status'] = 'no_baseline'
+        else:
+            checked = True
+            entry['floor'] = expected * (1 - tol)
+            if measured is None:
+                entry['status'] = 'not_measured'
+            else:
+                entry['ratio'] = measured / expected
+                if measured < entry['floor']:
+                    entry['status'] = 'regressed'
+                    regressions.append('%s: %s tok/s is %.1f%% below the baseline %s tok/s (tolerance %.0f%%)'
+                                       % (name, _fmt(measured), (1 - entry['ratio']) * 100, _fmt(expected),
+                                          tol * 100))
+                elif measured > expected * (1 + tol):
+                    entry['status'] = 'above'
+                else:
+                    entry['status'] = 'ok'
+        metrics[name] = entry
+    if not checked:
+        message = 'no baseline for model %s: nothing compared' % (model,)
+    elif regressions:
+        message = 'regression against the baseline of %s: %s' % (baseline_model, '; '.join(regressions))
+    else:
+        parts = ['%s %s tok/s (baseline %s)' % (name, _fmt(entry['measured']), _fmt(entry['baseline']))
+                 for name, entry in metrics.items() if entry['status'] in ('ok', 'above')]
+        message = 'within %.0f%% of the baseline of %s: %s' % (tol * 100, baseline_model, ', '.join(parts))
+        above = [name for name, entry in metrics.items() if entry['status'] == 'above']
+        if above:
+            message += ' (above the baseline by more than the tolerance: %s; consider raising it)' % ', '.join(above)
+    return {
+        'model': model,
+        'baseline_model': baseline_model,
+        'baseline': baseline,
+        'tolerance': tol,
+        'checked': checked,
+        'regressed': bool(regressions),
+        'regressions': regressions,
+        'metrics': metrics,
+        'message': message,
+    }

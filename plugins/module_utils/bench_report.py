@@ -1,0 +1,254 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet report of a benchmark run: collect per-host results, render Markdown and a PNG plot.
+
+Layout of a run directory (written by the gpufleet.vllm.benchmark role)::
+
+    <run_dir>/<host>/c<concurrency>.json   what vllm bench serve --save-result wrote
+    <run_dir>/<host>/summary.json          the role's summary and verdict for the host
+    <run_dir>/report.md, report.png        written from the above
+
+Public API:
+
+* ``collect_run(run_dir) -> list of host entries`` (summary.json, or the
+  level files summarized on the spot when the host has no summary yet)
+* ``render_markdown(entries, run_id, title, png_name) -> str``
+* ``render_png(entries, run_id) -> bytes``
+* ``host_figures(entry) -> dict`` (the per-host line of the fleet table)
+* ``plan_results(run_dir, results) -> list of (path, bytes)``: the files of
+  host results to write (summary.json and the level files), unchanged files
+  left out; raises ``HistoryError`` when a kept file would change
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import os
+import re
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils import pngplot
+
+SUMMARY_NAME = 'summary.json'
+REPORT_FILES = ('report.md', 'report.png')
+SAFE_NAME = re.compile(r'^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$')
+
+
+class HistoryError(ValueError):
+    """A result would overwrite a different file already kept, or a name is unsafe."""
+
+
+def _current(path):
+    try:
+        with open(path, 'rb') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def plan_results(run_dir, results):
+    """The files to write for ``results`` (each: host, files {name: text}, summary dict).
+
+    Returns [(path, bytes)] for the files that are missing; a file that is
+    already there with the same bytes is left alone; one with other bytes
+    raises HistoryError (kept results are never overwritten).
+    """
+    planned = []
+    for item in results or []:
+        if not isinstance(item, dict):
+            raise HistoryError('each result must be a dict with host, files and summary, got %r' % (item,))
+        host = item.get('host')
+        if not isinstance(host, str) or not SAFE_NAME.match(host):
+            raise HistoryError('host name %r cannot name a directory (letters, digits, ., _, +, - only)' % (host,))
+        files = dict(item.get('files') or {})
+        if item.get('summary') is not None:
+            files[SUMMARY_NAME] = json.dumps(item['summary'], indent=2, sort_keys=False) + '\n'
+        for name in sorted(files):
+            if not isinstance(name, str) or not SAFE_NAME.match(name):
+                raise HistoryError('file name %r of host %s is not a plain file name' % (name, host))
+            text = files[name]
+            data = text.encode('utf-8') if isinstance(text, str) else json.dumps(text).encode('utf-8')
+            path = os.path.join(run_dir, host, name)
+            current = _current(path)
+            if current is None:
+                planned.append((path, data))
+            elif current != data:
+                raise HistoryError('%s is already kept with other content: results are never overwritten (use a new '
+                                   'run id)' % path)
+    return planned
+
+
+def _read_json(path):
+    with open(path, 'rb') as handle:
+        return bench.load_result_text(handle.read())
+
+
+def _level_files(directory):
+    names = []
+    for name in os.listdir(directory):
+        if not name.endswith('.json') or name == SUMMARY_NAME or name.endswith('.pytorch.json'):
+            continue
+        if os.path.isfile(os.path.join(directory, name)):
+            names.append(name)
+    return sorted(names)
+
+
+def collect_run(run_dir):
+    """One entry per host directory of ``run_dir``, sorted by host name.
+
+    Each entry: host, status, summary (bench.summarize output), verdict,
+    meta (the rest of summary.json) and problems (files that could not be
+    read). A host without summary.json (its run was cut short) gets status
+    ``incomplete`` and a summary made from its level files.
+    """
+    entries = []
+    for host in sorted(os.listdir(run_dir)):
+        directory = os.path.join(run_dir, host)
+        if host.startswith('.') or not os.path.isdir(directory) or os.path.islink(directory):
+            continue
+        problems = []
+        summary_path = os.path.join(directory, SUMMARY_NAME)
+        stored = None
+        if os.path.isfile(summary_path):
+            try:
+                stored = _read_json(summary_path)
+            except (OSError, ValueError) as exc:
+                problems.append('%s: %s' % (summary_path, exc))
+        if stored is not None and isinstance(stored.get('summary'), dict):
+            summary = stored['summary']
+            entry = {
+                'host': host,
+                'status': stored.get('status') or ('ok' if summary.get('ok') else 'failed'),
+                'summary': summary,
+                'verdict': stored.get('verdict') if isinstance(stored.get('verdict'), dict) else None,
+                'meta': dict((k, v) for k, v in stored.items() if k not in ('summary', 'verdict')),
+                'problems': problems,
+            }
+        else:
+            rows = []
+            for name in _level_files(directory):
+                path = os.path.join(directory, name)
+                try:
+                    rows.append(bench.parse_result(_read_json(path), source=path))
+                except (OSError, ValueError) as exc:
+                    problems.append('%s: %s' % (path, exc))
+            if not rows and not problems:
+                continue
+            entry = {
+                'host': host,
+                'status': 'incomplete',
+                'summary': bench.summarize(rows),
+                'verdict': None,
+                'meta': {},
+                'problems': problems,
+            }
+        entries.append(entry)
+    return entries
+
+
+def _num(value, digits=1):
+    if value is None or isinstance(value, bool):
+        return '-'
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return '-'
+    if digits == 0:
+        return '{:,.0f}'.format(value)
+    return '{:,.{d}f}'.format(value, d=digits)
+
+
+def _cell(text):
+    return str(text).replace('|', '\\|').replace('\n', ' ')
+
+
+def _triple(row, metric):
+    return ' / '.join(_num(row.get('%s_%s_ms' % (stat, metric))) for stat in bench.LATENCY_STATS)
+
+
+def host_figures(entry):
+    summary = entry.get('summary') or {}
+    verdict = entry.get('verdict') or {}
+    meta = entry.get('meta') or {}
+    return {
+        'host': entry.get('host'),
+        'model': meta.get('model'),
+        'status': entry.get('status'),
+        'single_stream_tok_s': summary.get('single_stream_tok_s'),
+        'peak_tok_s': summary.get('peak_tok_s'),
+        'peak_concurrency': summary.get('peak_concurrency'),
+        'failed_requests': summary.get('failed_requests'),
+        'levels': len(summary.get('levels') or []),
+        'regressed': bool(verdict.get('regressed')),
+        'verdict': verdict.get('message'),
+        'failure': meta.get('failure'),
+    }
+
+
+def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png'):
+    lines = ['# %s' % title, '']
+    lines.append('Run `%s`: %d host%s. Output token throughput is what `vllm bench serve` reports '
+                 '(output tokens / benchmark duration); single stream is the concurrency-1 level, peak the best '
+                 'level without failed requests.' % (run_id, len(entries), '' if len(entries) == 1 else 's'))
+    lines.append('')
+    if png_name:
+        lines.extend(['![Output tok/s against concurrency, one line per host](%s)' % png_name, ''])
+    lines.extend(['## Fleet', '',
+                  '| host | model | status | single stream tok/s | peak tok/s | at concurrency | failed requests '
+                  '| verdict |',
+                  '|---|---|---|---:|---:|---:|---:|---|'])
+    for entry in entries:
+        fig = host_figures(entry)
+        verdict = fig['failure'] or fig['verdict'] or '-'
+        lines.append('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
+            _cell(fig['host']), _cell(fig['model'] or '-'), _cell(fig['status']), _num(fig['single_stream_tok_s']),
+            _num(fig['peak_tok_s']), fig['peak_concurrency'] if fig['peak_concurrency'] is not None else '-',
+            fig['failed_requests'] if fig['failed_requests'] is not None else '-', _cell(verdict)))
+    for entry in entries:
+        meta = entry.get('meta') or {}
+        summary = entry.get('summary') or {}
+        lines.extend(['', '## %s' % entry['host'], ''])
+        facts = []
+        for key, label in (('model', 'model'), ('base_url', 'server'), ('input_len', 'input tokens'),
+                           ('output_len', 'output tokens'), ('backend', 'backend'), ('vllm_version', 'vLLM'),
+                           ('started', 'started')):
+            if meta.get(key) not in (None, ''):
+                facts.append('%s: %s' % (label, _cell(meta[key])))
+        if facts:
+            lines.extend(['; '.join(facts), ''])
+        lines.extend(['| concurrency | prompts | completed | failed | output tok/s | total tok/s | req/s '
+                      '| TTFT ms mean / median / p99 | TPOT ms mean / median / p99 | ITL ms mean / median / p99 |',
+                      '|---:|---:|---:|---:|---:|---:|---:|---|---|---|'])
+        for row in summary.get('levels') or []:
+            served = bool(row.get('completed'))  # a level where nothing completed has no latencies, only zeros
+            lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
+                row.get('concurrency') if row.get('concurrency') is not None else '-',
+                _num(row.get('num_prompts'), 0), _num(row.get('completed'), 0), _num(row.get('failed'), 0),
+                _num(row.get('output_tok_s')), _num(row.get('total_tok_s')), _num(row.get('request_s'), 2),
+                _triple(row, 'ttft') if served else '-', _triple(row, 'tpot') if served else '-',
+                _triple(row, 'itl') if served else '-'))
+        verdict = entry.get('verdict') or {}
+        if meta.get('failure'):
+            lines.extend(['', '**Failed:** %s' % _cell(meta['failure']),
+                          '', 'Not compared with the baseline: the sweep did not finish.'])
+        elif verdict.get('message'):
+            lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
+                                          _cell(verdict['message']))])
+        for problem in entry.get('problems') or []:
+            lines.extend(['', 'Unreadable: %s' % _cell(problem)])
+    lines.append('')
+    return '\n'.join(lines)
+
+
+def render_png(entries, run_id):
+    series = []
+    for entry in entries:
+        points = [(row.get('concurrency'), row.get('output_tok_s'))
+                  for row in (entry.get('summary') or {}).get('levels') or []
+                  if row.get('concurrency') and row.get('output_tok_s') is not None and row.get('failed') == 0]
+        series.append({'name': entry['host'], 'points': points})
+    return pngplot.render_line_chart(series, title='Output token throughput vs concurrency (run %s)' % run_id,
+                                     x_label='concurrency (max concurrent requests)', y_label='output tok/s')

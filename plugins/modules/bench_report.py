@@ -1,0 +1,337 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: bench_report
+short_description: Keep benchmark results per run and host and write the fleet report (Markdown and PNG plot)
+version_added: 0.1.0
+description:
+  - Keeps the results given in O(results) under C(<path>/<host>/) (the level files and C(summary.json)). A file that
+    is already kept with the same content is left alone; one with other content fails the task before anything is
+    written, so that a run's history is never overwritten.
+  - Reads the results of one benchmark run, kept by the M(gpufleet.vllm.benchmark) role on the control node as
+    C(<path>/<host>/c<concurrency>.json) (what C(vllm bench serve --save-result) wrote) and
+    C(<path>/<host>/summary.json) (the role's summary and regression verdict), and writes C(<path>/report.md) (a
+    fleet table and a table per host and concurrency level) and C(<path>/report.png) (output tokens per second
+    against concurrency, one line per host).
+  - A host directory without C(summary.json) (a run cut short) is summarized from its level files and shown as
+    C(incomplete). Unreadable files are listed in the report, not fatal.
+  - The files are written only when their content changes (atomically), so running it again reports no change.
+  - Usually run once per play on the control node (C(run_once), C(delegate_to=localhost)).
+options:
+  path:
+    description:
+      - The run directory, holding one directory per host.
+    type: path
+    required: true
+  title:
+    description:
+      - First heading of the Markdown report.
+    type: str
+    default: vLLM benchmark fleet report
+  run_id:
+    description:
+      - Name of the run shown in the report. Defaults to the base name of O(path).
+    type: str
+  png:
+    description:
+      - Also write the plot C(report.png). The Markdown refers to it only when written.
+    type: bool
+    default: true
+  results:
+    description:
+      - Host results to keep in the run directory before the report is rendered, for example the C(benchmark_record)
+        facts of the hosts of a play.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      host:
+        description: Host name (the directory name).
+        type: str
+        required: true
+      files:
+        description: File name to file content (the result files of the levels, the logs of a failed level).
+        type: dict
+        default: {}
+      summary:
+        description: Written as C(summary.json).
+        type: dict
+      run_id:
+        description: The run the result belongs to; when given it must be the run of this report (O(run_id)).
+        type: str
+  render:
+    description:
+      - Write C(report.md) (and C(report.png)). V(false) only keeps O(results).
+    type: bool
+    default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the results and reports whether the report would change; writes nothing.
+  diff_mode:
+    support: full
+    details: The Markdown report before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Host and file names are plain names (letters, digits, C(.), C(_), C(+), C(-)); anything else is refused.
+  - The plot is drawn by the collection itself (standard library only); no plotting package is needed.
+  - The concurrency axis is logarithmic; levels with failed requests are left out of the plot but kept in the tables.
+requirements:
+  - Python 3.10 or newer on the host it runs on (standard library only).
+seealso:
+  - module: ansible.builtin.fetch
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Render the fleet report of a run
+  gpufleet.vllm.bench_report:
+    path: "{{ playbook_dir }}/benchmark-results/20261202T153000Z"
+  run_once: true
+  delegate_to: localhost
+  register: report
+
+- name: Show where it is
+  ansible.builtin.debug:
+    msg: "{{ report.markdown }} ({{ report.hosts | length }} hosts)"
+"""
+
+RETURN = r"""
+markdown:
+  description: Path of the Markdown report.
+  returned: always
+  type: str
+  sample: /home/ops/benchmark-results/20261202T153000Z/report.md
+png:
+  description: Path of the plot, or null when O(png=false).
+  returned: always
+  type: str
+  sample: /home/ops/benchmark-results/20261202T153000Z/report.png
+run_id:
+  description: The run's name as shown in the report.
+  returned: always
+  type: str
+  sample: 20261202T153000Z
+hosts:
+  description: One line per host directory, in name order.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    host:
+      description: Host name (the directory name).
+      type: str
+    model:
+      description: Served model name benchmarked.
+      type: str
+    status:
+      description: V(ok), V(failed), V(regressed) (as the role recorded it) or V(incomplete) (no summary).
+      type: str
+    single_stream_tok_s:
+      description: Output tokens per second at concurrency 1.
+      type: float
+    peak_tok_s:
+      description: Highest output tokens per second of a level without failed requests.
+      type: float
+    peak_concurrency:
+      description: Concurrency of the peak.
+      type: int
+    failed_requests:
+      description: Failed requests over the sweep.
+      type: int
+    levels:
+      description: Number of concurrency levels with a result.
+      type: int
+    regressed:
+      description: The role's verdict found a regression against the baseline.
+      type: bool
+    verdict:
+      description: The verdict's sentence.
+      type: str
+    failure:
+      description: Why the host's run failed, if it did.
+      type: str
+  sample:
+    - host: gpu-node-1
+      model: kimi-k2.5
+      status: ok
+      single_stream_tok_s: 81.6
+      peak_tok_s: 2270.4
+      peak_concurrency: 64
+      failed_requests: 0
+      levels: 3
+      regressed: false
+      verdict: "within 10% of the baseline of kimi-k2.5: single_stream_tok_s 81.6 tok/s (baseline 82.0), ..."
+      failure: null
+written:
+  description: Paths written (kept results and report files) or, in check mode, that would be.
+  returned: always
+  type: list
+  elements: str
+  sample: [/home/ops/benchmark-results/20261202T153000Z/gpu-node-1/c1.json]
+problems:
+  description: Files that could not be read (also listed in the report).
+  returned: always
+  type: list
+  elements: str
+  sample: []
+"""
+
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_native
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
+
+
+def _current(path):
+    try:
+        with open(path, 'rb') as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _write(module, path, data):
+    directory = os.path.dirname(path)
+    handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(handle, 'wb') as out:
+            out.write(data)
+        os.chmod(tmp, 0o644)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type='path', required=True),
+            title=dict(type='str', default='vLLM benchmark fleet report'),
+            run_id=dict(type='str'),
+            png=dict(type='bool', default=True),
+            results=dict(type='list', elements='dict', default=[], options=dict(
+                host=dict(type='str', required=True),
+                files=dict(type='dict', default={}),
+                summary=dict(type='dict'),
+                run_id=dict(type='str'),
+            )),
+            render=dict(type='bool', default=True),
+        ),
+        supports_check_mode=True,
+    )
+    path = module.params['path'].rstrip('/') or '/'
+    run_id = module.params['run_id'] or os.path.basename(path)
+    strays = sorted(set(item['run_id'] for item in module.params['results']
+                        if item.get('run_id') not in (None, run_id)))
+    if strays:
+        module.fail_json(msg='The results given belong to run %s, not to run %s of %s: pass only the results of this '
+                             'run.' % (', '.join(strays), run_id, path))
+    try:
+        planned = bench_report.plan_results(path, module.params['results'])
+    except bench_report.HistoryError as exc:
+        module.fail_json(msg='Cannot keep the benchmark results in %s: %s.' % (path, to_native(exc)))
+    if not planned and not os.path.isdir(path):
+        module.fail_json(msg='The benchmark run directory %s does not exist on this host: run the benchmark role '
+                             'first, or point path at <benchmark_local_results_dir>/<run id>.' % path)
+
+    written = []
+    md_path = os.path.join(path, 'report.md')
+    before_md = _current(md_path)
+    for target, data in planned:
+        written.append(target)
+        if not module.check_mode:
+            try:
+                directory = os.path.dirname(target)
+                if not os.path.isdir(directory):
+                    os.makedirs(directory, 0o755)
+                _write(module, target, data)
+            except (IOError, OSError) as exc:
+                module.fail_json(msg='Could not keep the benchmark result %s: %s. Check that the directory is '
+                                     'writable and the disk not full.' % (target, to_native(exc)), written=written)
+
+    entries, markdown = [], None
+    png_name = 'report.png' if module.params['png'] else None
+    if module.params['render'] and (os.path.isdir(path) or planned):
+        try:
+            entries = bench_report.collect_run(path) if os.path.isdir(path) else []
+        except OSError as exc:
+            module.fail_json(msg='Could not read the benchmark run directory %s: %s. Check its permissions.'
+                                 % (path, to_native(exc)))
+        if module.check_mode and planned:
+            # what the run directory would hold: the kept hosts plus the planned ones
+            entries = _with_planned(entries, planned, path)
+        markdown = bench_report.render_markdown(entries, run_id, title=module.params['title'], png_name=png_name)
+        outputs = [(md_path, to_bytes(markdown))]
+        if png_name:
+            outputs.append((os.path.join(path, png_name), bench_report.render_png(entries, run_id)))
+        for target, data in outputs:
+            if _current(target) != data:
+                written.append(target)
+                if not module.check_mode:
+                    try:
+                        _write(module, target, data)
+                    except (IOError, OSError) as exc:
+                        module.fail_json(msg='Could not write the benchmark report %s: %s. Check that the directory '
+                                             'is writable and the disk not full.' % (target, to_native(exc)))
+
+    problems = []
+    for entry in entries:
+        problems.extend(entry.get('problems') or [])
+    result = dict(
+        changed=bool(written),
+        written=written,
+        markdown=md_path if markdown is not None else None,
+        png=os.path.join(path, png_name) if markdown is not None and png_name else None,
+        run_id=run_id,
+        hosts=[bench_report.host_figures(entry) for entry in entries],
+        problems=problems,
+    )
+    if module._diff and markdown is not None:
+        result['diff'] = dict(before_header=md_path, after_header=md_path,
+                              before=(before_md or b'').decode('utf-8', 'replace'), after=markdown)
+    module.exit_json(**result)
+
+
+def _with_planned(entries, planned, path):
+    """Check mode: summarize the planned hosts as if they were written."""
+    hosts = {}
+    for target, data in planned:
+        host = os.path.basename(os.path.dirname(target))
+        hosts.setdefault(host, {})[os.path.basename(target)] = data
+    merged = [entry for entry in entries if entry['host'] not in hosts]
+    for host, files in hosts.items():
+        summary = files.get(bench_report.SUMMARY_NAME)
+        if summary is not None:
+            stored = json.loads(summary.decode('utf-8'))
+            merged.append({'host': host, 'status': stored.get('status') or 'ok', 'summary': stored.get('summary') or {},
+                           'verdict': stored.get('verdict'), 'problems': [],
+                           'meta': dict((k, v) for k, v in stored.items() if k not in ('summary', 'verdict'))})
+        else:
+            rows = [bench.parse_result(data.decode('utf-8'), source=os.path.join(path, host, name))
+                    for name, data in sorted(files.items()) if name.endswith('.json')]
+            merged.append({'host': host, 'status': 'incomplete', 'summary': bench.summarize(rows), 'verdict': None,
+                           'meta': {}, 'problems': []})
+    return sorted(merged, key=lambda entry: entry['host'])
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,360 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: bench_serve
+short_description: Run a concurrency sweep of the real vllm bench serve against a vLLM server
+version_added: 0.1.0
+description:
+  - Waits until the server at O(base_url) lists O(model) in C(/v1/models) (up to O(ready_timeout) seconds), then runs
+    C(vllm bench serve) of the given vLLM environment once per level of O(concurrency), in order, with the random
+    dataset and the tokenizer of O(tokenizer) (offline), saving each level's result JSON as
+    C(<result_dir>/c<level>.json) (C(--save-result)).
+  - Stops at the first level that fails, which is reported in RV(failure), not as a failed task, so that the caller
+    can keep the results of the levels before it. A level fails when C(vllm bench serve) exits non-zero (or runs
+    over O(level_timeout)), leaves no result file, or any of its requests failed (C(vllm bench serve) exits 0 even
+    when every request failed; the result's C(failed) field is read).
+  - Returns the text of every result file in RV(files) and the parsed figures in RV(levels[].row), so that the whole
+    sweep costs one task. Each run is an argument list under coreutils C(timeout), never a shell.
+  - Refuses to start when O(result_dir) already holds the result file of a level (results are never overwritten).
+  - Used by the M(gpufleet.vllm.benchmark) role, which keeps the results on the control node and gates them.
+options:
+  executable:
+    description: The C(vllm) executable of a vLLM environment installed with its dependencies.
+    type: path
+    required: true
+  base_url:
+    description: Base URL of the server (C(--base-url)).
+    type: str
+    required: true
+  api_key:
+    description: API key of the server; passed to C(vllm bench serve) as C(OPENAI_API_KEY) and used for the readiness check.
+    type: str
+  model:
+    description: Served model name (C(--model)).
+    type: str
+    required: true
+  tokenizer:
+    description: Model directory on the host whose tokenizer C(vllm bench serve) loads (C(--tokenizer)).
+    type: path
+    required: true
+  concurrency:
+    description: Levels of the sweep (C(--max-concurrency)), run in this order.
+    type: list
+    elements: int
+    required: true
+  num_prompts:
+    description: Prompts of each level (C(--num-prompts)), one per item of O(concurrency).
+    type: list
+    elements: int
+    required: true
+  input_len:
+    description: Prompt length in tokens (C(--random-input-len)).
+    type: int
+    required: true
+  output_len:
+    description: Output length in tokens (C(--random-output-len)).
+    type: int
+    required: true
+  result_dir:
+    description: Directory for the result files; created when missing.
+    type: path
+    required: true
+  backend:
+    description: C(--backend).
+    type: str
+    default: vllm
+  endpoint:
+    description: C(--endpoint).
+    type: str
+    default: /v1/completions
+  seed:
+    description: C(--seed).
+    type: int
+    default: 0
+  temperature:
+    description: C(--temperature); not passed when unset.
+    type: float
+  ignore_eos:
+    description: C(--ignore-eos).
+    type: bool
+    default: true
+  trust_remote_code:
+    description: C(--trust-remote-code).
+    type: bool
+    default: false
+  extra_args:
+    description: More C(vllm bench serve) arguments, one item per word.
+    type: list
+    elements: str
+    default: []
+  metadata:
+    description: Key-value pairs recorded in every result file (C(--metadata)).
+    type: dict
+    default: {}
+  environment:
+    description: Environment variables of C(vllm bench serve), added to the module's environment.
+    type: dict
+    default: {}
+  level_timeout:
+    description: Wall-clock limit of one level in seconds.
+    type: int
+    default: 1800
+  ready_timeout:
+    description: Seconds to wait for the server to list O(model); V(0) checks once.
+    type: int
+    default: 60
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Checks the server once and returns the command of every level in RV(levels[].argv); runs nothing.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - A benchmark loads the server; run it on purpose, not as part of a drift check.
+  - C(VLLM_TARGET_DEVICE=cpu) in O(environment) makes the client use vLLM's CPU platform, so that it neither probes
+    the GPUs through NVML nor needs the CUDA libraries (the benchmark client needs no accelerator).
+  - Results larger than 8 MB (for example with C(--save-detailed) in O(extra_args)) are left on the host and not
+    returned in RV(files).
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only).
+  - vLLM with its dependencies in the environment of O(executable); coreutils C(timeout).
+seealso:
+  - module: gpufleet.vllm.bench_report
+  - module: gpufleet.vllm.vllm_ready
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Sweep single stream to concurrency 64
+  gpufleet.vllm.bench_serve:
+    executable: /opt/vllm/current/bin/vllm
+    base_url: http://127.0.0.1:8000
+    model: kimi-k2.5
+    tokenizer: /shared/kimi-k2.5-nvfp4
+    trust_remote_code: true
+    concurrency: [1, 16, 64]
+    num_prompts: [8, 32, 128]
+    input_len: 1024
+    output_len: 256
+    result_dir: /var/lib/gpufleet/benchmark/20261202T153000Z
+    environment:
+      HF_HUB_OFFLINE: "1"
+      VLLM_TARGET_DEVICE: cpu
+  register: sweep
+
+- name: Stop when a level failed
+  ansible.builtin.fail:
+    msg: "{{ sweep.failure }}"
+  when: sweep.failure
+"""
+
+RETURN = r"""
+levels:
+  description: One entry per level that ran, in order; the last one is the failed level when RV(failure) is set.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    concurrency:
+      description: C(--max-concurrency).
+      type: int
+    num_prompts:
+      description: C(--num-prompts).
+      type: int
+    argv:
+      description: The command.
+      type: list
+      elements: str
+    rc:
+      description: Exit status (null in check mode).
+      type: int
+    seconds:
+      description: Wall-clock time of the command.
+      type: float
+    result_file:
+      description: Path of the result file on the host.
+      type: str
+    row:
+      description: The figures of the result (see the gpufleet.vllm.bench_parse filter), or null.
+      type: dict
+    ok:
+      description: The level completed every request.
+      type: bool
+  sample:
+    - concurrency: 1
+      num_prompts: 4
+      rc: 0
+      seconds: 38.2
+      result_file: /var/lib/gpufleet/benchmark/20261202T153000Z/c1.json
+      ok: true
+files:
+  description:
+    - C(c<level>.json) to the text of that level's result file (as C(vllm bench serve) wrote it), and
+      C(c<level>.log) to the command, exit status and last lines of output of the failed level.
+    - Files larger than 8 MB stay on the host and are left out.
+  returned: always
+  type: dict
+  sample:
+    c1.json: '{"date": "20261202-153344", "backend": "vllm", "max_concurrency": 1, "completed": 4, ...}'
+failure:
+  description: Why the sweep stopped (a sentence), or null when every level completed.
+  returned: always
+  type: str
+  sample: "16 of 24 requests failed at concurrency 8 (8 completed): the server at http://127.0.0.1:8000 stopped ..."
+failed_concurrency:
+  description: The level that failed, or null.
+  returned: always
+  type: int
+  sample: 8
+bench_seconds:
+  description: Time spent in C(vllm bench serve), all levels together.
+  returned: always
+  type: float
+  sample: 128.3
+server:
+  description: The readiness check of the server.
+  returned: always
+  type: dict
+  contains:
+    ready:
+      description: The server listed O(model).
+      type: bool
+    models:
+      description: Models it listed.
+      type: list
+      elements: str
+    version:
+      description: The server's vLLM version (C(/version)), when it answered.
+      type: str
+    msg:
+      description: What the check found.
+      type: str
+  sample:
+    ready: true
+    models: [kimi-k2.5]
+    version: 0.33.0
+    msg: ready
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_sweep
+from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_api
+
+MAX_RESULT_BYTES = 8 * 1024 * 1024
+
+
+def check_server(params, once):
+    client = vllm_api.VllmClient(params['base_url'], api_key=params['api_key'], timeout=10)
+    result = vllm_api.wait_ready(client, served_model_name=params['model'], timeout=params['ready_timeout'],
+                                 interval=2.0, completion=False, once=once or params['ready_timeout'] <= 0)
+    return {'ready': bool(result.get('ready')), 'models': result.get('models') or [],
+            'version': result.get('version'), 'msg': result.get('msg') or ''}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            executable=dict(type='path', required=True),
+            base_url=dict(type='str', required=True),
+            api_key=dict(type='str', no_log=True),
+            model=dict(type='str', required=True),
+            tokenizer=dict(type='path', required=True),
+            concurrency=dict(type='list', elements='int', required=True),
+            num_prompts=dict(type='list', elements='int', required=True),
+            input_len=dict(type='int', required=True),
+            output_len=dict(type='int', required=True),
+            result_dir=dict(type='path', required=True),
+            backend=dict(type='str', default='vllm'),
+            endpoint=dict(type='str', default='/v1/completions'),
+            seed=dict(type='int', default=0),
+            temperature=dict(type='float'),
+            ignore_eos=dict(type='bool', default=True),
+            trust_remote_code=dict(type='bool', default=False),
+            extra_args=dict(type='list', elements='str', default=[]),
+            metadata=dict(type='dict', default={}),
+            environment=dict(type='dict', default={}),
+            level_timeout=dict(type='int', default=1800),
+            ready_timeout=dict(type='int', default=60),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    levels, prompts = params['concurrency'], params['num_prompts']
+    if not levels:
+        module.fail_json(msg='concurrency is empty: give at least one level, for example [1, 8, 64].')
+    if len(prompts) != len(levels):
+        module.fail_json(msg='num_prompts has %d items but concurrency has %d levels: give one prompt count per level.'
+                             % (len(prompts), len(levels)))
+    bad = [value for value in levels + prompts + [params['input_len'], params['output_len']] if value < 1]
+    if bad or len(set(levels)) != len(levels):
+        module.fail_json(msg='concurrency levels, prompt counts and lengths must be positive and the levels distinct '
+                             '(concurrency %s, num_prompts %s).' % (levels, prompts))
+    if params['level_timeout'] < 1:
+        module.fail_json(msg='level_timeout must be at least 1 second.')
+
+    settings = dict(params)
+    settings['result_dir'] = params['result_dir'].rstrip('/') or '/'
+    existing = [bench_sweep.RESULT_NAME % level for level in levels
+                if os.path.exists(os.path.join(settings['result_dir'], bench_sweep.RESULT_NAME % level))]
+    if existing:
+        module.fail_json(msg='%s already holds %s of an earlier run: results are never overwritten. Use a new '
+                             'result directory (a new run id).' % (settings['result_dir'], ', '.join(existing)))
+
+    server = check_server(params, once=module.check_mode)
+    result = dict(changed=False, levels=[], files={}, failure=None, failed_concurrency=None, bench_seconds=0.0,
+                  server=server)
+    if module.check_mode:
+        result['levels'] = [dict(concurrency=level, num_prompts=count,
+                                 argv=bench_sweep.level_argv(settings, level, count), rc=None, seconds=0.0,
+                                 result_file=os.path.join(settings['result_dir'], bench_sweep.RESULT_NAME % level),
+                                 row=None, ok=False)
+                            for level, count in zip(levels, prompts)]
+        result['changed'] = True
+        module.exit_json(**result)
+    if not server['ready']:
+        result['failure'] = ('The server at %s is not ready to be benchmarked: %s Start it (gpufleet.vllm.service) or '
+                             'set the served model name; nothing was measured.'
+                             % (params['base_url'], server['msg'].rstrip('.') + '.'))
+        module.exit_json(**result)
+
+    if not os.path.isdir(settings['result_dir']):
+        try:
+            os.makedirs(settings['result_dir'], 0o755)
+        except OSError as exc:
+            module.fail_json(msg='Could not create the result directory %s: %s.'
+                                 % (settings['result_dir'], to_native(exc)))
+    environ = dict((str(key), str(value)) for key, value in params['environment'].items())
+    if params['api_key']:
+        environ['OPENAI_API_KEY'] = params['api_key']
+    timeout_executable = module.get_bin_path('timeout', required=True)
+    settings['timeout_executable'] = timeout_executable
+
+    def run(argv):
+        return module.run_command(argv, environ_update=environ)
+
+    sweep = bench_sweep.run_sweep(run, settings)
+    sweep['files'] = dict((name, text) for name, text in sweep['files'].items() if len(text) <= MAX_RESULT_BYTES)
+    result.update(sweep)
+    result['changed'] = bool(sweep['levels'])
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
