@@ -19,3 +19,8 @@ if not os.path.islink(LINK) and not os.path.exists(LINK):
 
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
+
+# tests/unit/helpers.py, importable as ``helpers``
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)

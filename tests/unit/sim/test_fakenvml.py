@@ -8,7 +8,6 @@ libnvidia-ml.so.1 and FAKE_NVML_STATE at a temporary state file, so pynvml
 loads the fake library exactly as it would load the driver's.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,8 @@ import textwrap
 import time
 
 import pytest
+
+from helpers import load_source
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -30,15 +31,8 @@ DEFAULT_BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 pytest.importorskip("pynvml")
 
 
-def _load(name, filename):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(FAKENVML, filename))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-state = _load("fakenvml_state", "state.py")
-build = _load("fakenvml_build", "build.py")
+state = load_source("fakenvml_state", "tests", "sim", "fakenvml", "state.py")
+build = load_source("fakenvml_build", "tests", "sim", "fakenvml", "build.py")
 
 
 @pytest.fixture(scope="module")

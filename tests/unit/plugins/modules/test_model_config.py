@@ -7,14 +7,13 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import importlib.util
 import json
 import os
 import stat
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from helpers import load_source, module_runner
 from ansible_collections.gpufleet.vllm.plugins.modules import model_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -22,27 +21,13 @@ KV_KEYS = ('"kv_cache_scheme"', '"kv_cache_quant_algo"')
 OLD = 1_600_000_000  # a fixed past mtime, so "not written" is visible in st_mtime_ns
 
 
-def _load_fixtures():
-    spec = importlib.util.spec_from_file_location(
-        'gpufleet_model_fixtures', os.path.join(REPO, 'tests', 'sim', 'model', 'fixtures.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-fixtures = _load_fixtures()
+fixtures = load_source('gpufleet_model_fixtures', 'tests', 'sim', 'model', 'fixtures.py')
 
 
 @pytest.fixture
 def run(capsys):
     """run(args, check=False, diff=False) -> (exit code, result dict)."""
-    def _run(args, check=False, diff=False):
-        args = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
-        with patch_module_args(args):
-            with pytest.raises(SystemExit) as exc:
-                model_config.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+    return module_runner(model_config.main, capsys)
 
 
 def _snapshot(paths):

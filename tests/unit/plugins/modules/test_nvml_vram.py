@@ -10,7 +10,6 @@ pynvml code path runs unchanged.  A few pure functions of the module_utils
 are tested directly at the end.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,8 @@ import sys
 import threading
 
 import pytest
+
+from helpers import load_source
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
 
@@ -30,15 +31,8 @@ FAKENVML = os.path.join(REPO, "tests", "sim", "fakenvml")
 DEFAULT_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
-def _load(name, filename):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(FAKENVML, filename))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-state = _load("fakenvml_state_for_module", "state.py")
-build = _load("fakenvml_build_for_module", "build.py")
+state = load_source("fakenvml_state_for_module", "tests", "sim", "fakenvml", "state.py")
+build = load_source("fakenvml_build_for_module", "tests", "sim", "fakenvml", "build.py")
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,13 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import importlib.util
 import json
 import os
 import shutil
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from helpers import load_source, module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import artifacts
 from ansible_collections.gpufleet.vllm.plugins.modules import remove_artifacts
 
@@ -26,26 +25,13 @@ MLA = 194 * 576 * 2 + 194 * 8 * 576 * 2 + 1216
 REFERENCE_BYTES = 8 * EMBED + 8 * NOMLA + 19 * MLA
 
 
-def _load_dumps():
-    spec = importlib.util.spec_from_file_location('gpufleet_dumps', os.path.join(REPO, 'tests', 'sim', 'dumps.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-dumps = _load_dumps()
+dumps = load_source('gpufleet_dumps', 'tests', 'sim', 'dumps.py')
 
 
 @pytest.fixture
 def run(capsys):
     """run(args, check=False, diff=False) -> (exit code, result dict)."""
-    def _run(args, check=False, diff=False):
-        args = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
-        with patch_module_args(args):
-            with pytest.raises(SystemExit) as exc:
-                remove_artifacts.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+    return module_runner(remove_artifacts.main, capsys)
 
 
 @pytest.fixture
