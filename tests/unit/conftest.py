@@ -7,7 +7,10 @@ on sys.path (scripts/bootstrap.sh creates the same link for ansible).
 """
 
 import os
+import shutil
 import sys
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COLLECTIONS = os.path.join(REPO, ".cache", "collections")
@@ -24,3 +27,22 @@ if COLLECTIONS not in sys.path:
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
+
+
+@pytest.fixture(scope="session")
+def lib_dir(tmp_path_factory):
+    """The fake NVML library (tests/sim/fakenvml), built once per test run."""
+    pytest.importorskip("pynvml")
+    if shutil.which(os.environ.get("CC") or "gcc") is None:
+        pytest.skip("no C compiler to build the fake NVML library")
+    from helpers import load_source
+    build = load_source("fakenvml_build_for_tests", "tests", "sim", "fakenvml", "build.py")
+    out = tmp_path_factory.mktemp("fakenvml")
+    build.build(str(out))
+    return str(out)
+
+
+@pytest.fixture
+def state_file(tmp_path):
+    """A fake NVML state file path of the test's own (not created)."""
+    return str(tmp_path / "nvml" / "state")

@@ -35,18 +35,7 @@ state = load_source("fakenvml_state", "tests", "sim", "fakenvml", "state.py")
 build = load_source("fakenvml_build", "tests", "sim", "fakenvml", "build.py")
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory):
-    if shutil.which(os.environ.get("CC") or "gcc") is None:
-        pytest.skip("no C compiler to build the fake NVML library")
-    out = tmp_path_factory.mktemp("fakenvml")
-    build.build(str(out))
-    return str(out)
-
-
-@pytest.fixture
-def state_file(tmp_path):
-    return str(tmp_path / "nvml" / "state")
+# lib_dir and state_file: fixtures of tests/unit/conftest.py
 
 
 PRELUDE = """

@@ -12,7 +12,6 @@ are tested directly at the end.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -32,22 +31,9 @@ DEFAULT_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
 
 state = load_source("fakenvml_state_for_module", "tests", "sim", "fakenvml", "state.py")
-build = load_source("fakenvml_build_for_module", "tests", "sim", "fakenvml", "build.py")
 
 
-@pytest.fixture(scope="module")
-def lib_dir(tmp_path_factory):
-    pytest.importorskip("pynvml")
-    if shutil.which(os.environ.get("CC") or "gcc") is None:
-        pytest.skip("no C compiler to build the fake NVML library")
-    out = tmp_path_factory.mktemp("fakenvml")
-    build.build(str(out))
-    return str(out)
-
-
-@pytest.fixture
-def state_file(tmp_path):
-    return str(tmp_path / "nvml" / "state")
+# lib_dir and state_file: fixtures of tests/unit/conftest.py
 
 
 def run_module(args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
