@@ -1,0 +1,326 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The downtime window of a vLLM host, as one run on the host.
+
+stop the unit -> wait until the GPUs are free -> point the environment link
+at the new environment -> start the unit -> readiness gate -> VRAM loaded.
+
+Done as separate Ansible tasks, every step costs a round trip to the host
+while the server is down; here the steps follow each other at once, and the
+downtime is measured on the host's own clock from the stop to ready.
+
+Public API (used by the ``vllm_cutover`` module):
+
+* :func:`read_link` / :func:`point_link` -- read a symbolic link, and point
+  one at a target atomically (a new link renamed over the old one), never
+  replacing a real file or directory.
+* :func:`check_link_args` -- the problems of a link switch, as sentences,
+  found before anything is stopped.
+* :class:`Cutover` -- the run itself: ``run()`` returns the result dict or
+  raises :class:`CutoverFailed`, whose ``result`` says how far it got
+  (``stopped``, ``switched``, ``started``, ``ready``) so that a caller can
+  roll back.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+import time
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
+from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
+    failure_message,
+    journal_tail,
+    unit_state,
+    unit_stopped_reason,
+    wait_ready,
+)
+
+ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+
+
+class CutoverFailed(Exception):
+    """A step failed; ``result`` holds what was done up to there."""
+
+    def __init__(self, msg, result):
+        super(CutoverFailed, self).__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+def read_link(path):
+    """The target of the link PATH, None when PATH does not exist.
+
+    Raises ValueError when PATH exists but is not a symbolic link.
+    """
+    if os.path.islink(path):
+        return os.readlink(path)
+    if os.path.lexists(path):
+        raise ValueError("%s is a real %s, not a symbolic link" % (
+            path, "directory" if os.path.isdir(path) else "file"))
+    return None
+
+
+def point_link(path, target):
+    """Point the symbolic link PATH at TARGET atomically; return True when it changed."""
+    if read_link(path) == target:
+        return False
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        os.makedirs(parent, 0o755)
+    tmp = os.path.join(parent, ".%s.gpufleet-%d" % (os.path.basename(path), os.getpid()))
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.unlink(tmp)
+        raise
+    return True
+
+
+def check_link_args(link, link_target, previous_link, must_exist=True):
+    """Sentences that say why the link switch cannot be done (empty when it can).
+
+    ``must_exist=False`` (check mode, where an earlier task did not really
+    stage the environment) leaves out the checks of ``link_target`` on disk.
+    """
+    problems = []
+    if not link:
+        if link_target or previous_link:
+            problems.append("link_target and previous_link need link (the path of the environment link)")
+        return problems
+    if not link_target:
+        problems.append("link=%s needs link_target (the environment it should point at)" % link)
+        return problems
+    for name, path in (("link", link), ("link_target", link_target), ("previous_link", previous_link)):
+        if path and not os.path.isabs(path):
+            problems.append("%s=%s is not an absolute path" % (name, path))
+    if problems:
+        return problems
+    if previous_link and previous_link == link:
+        problems.append("previous_link is the same path as link")
+    for name, path in (("link", link), ("previous_link", previous_link)):
+        if path:
+            try:
+                read_link(path)
+            except ValueError as exc:
+                problems.append("%s: %s; it is left alone, move it away or choose another path" % (name, exc))
+    if must_exist:
+        if not os.path.isdir(link_target):
+            problems.append("link_target %s is not a directory on this host (was the environment staged?)"
+                            % link_target)
+        elif not os.path.exists(os.path.join(link_target, "bin", "python")):
+            problems.append("link_target %s has no bin/python: it is not a Python environment" % link_target)
+    return problems
+
+
+def _round(seconds):
+    return None if seconds is None else round(seconds, 2)
+
+
+class Cutover(object):
+    """One downtime window.
+
+    ``run_command``: AnsibleModule.run_command (argv lists, never a shell).
+    ``client``: a vllm_api.VllmClient, or None for no readiness gate.
+    ``vram``: None (no NVML checks) or a dict with ``count``,
+    ``stopped_max_used_mib``, ``free_timeout``, ``loaded_min_used_mib``
+    (None: no loaded check), ``loaded_timeout``, ``interval``.
+    ``ready``: dict of wait_ready's arguments (``served_model_name``,
+    ``timeout``, ``interval``, ``completion``, ``prompt``).
+    """
+
+    def __init__(self, run_command, systemctl, journalctl, unit, link=None, link_target=None, previous_link=None,
+                 previous_link_target=None, daemon_reload=False, client=None, ready=None, vram=None, journal_lines=30,
+                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep):
+        self.run_command = run_command
+        self.systemctl = systemctl
+        self.journalctl = journalctl
+        self.unit = unit
+        self.link = link
+        self.link_target = link_target
+        self.previous_link = previous_link
+        self.previous_link_target = previous_link_target
+        self.daemon_reload = daemon_reload
+        self.client = client
+        self.ready = dict(ready or {})
+        self.vram = vram
+        self.journal_lines = journal_lines
+        self.collect = collect
+        self.clock = clock
+        self.sleep = sleep
+        self.t0 = None
+        self.warnings = []
+        self.result = {
+            "changed": False, "unit": unit, "was_active": None, "stopped": False, "switched": False,
+            "started": False, "ready": False, "link": link, "link_before": None, "link_after": None,
+            "previous_link": previous_link, "phases": {}, "downtime_seconds": None, "load_seconds": None,
+            "stop_seconds": None, "readiness": None, "version": None, "vram_used_mib": [], "vram_freed_mib": [],
+            "failed_step": None,
+        }
+
+    # ------------------------------------------------------------- helpers
+
+    def _since(self, mark):
+        return _round(self.clock() - mark)
+
+    def _fail(self, step, msg, journal=False):
+        self.result["failed_step"] = step
+        if self.t0 is not None:
+            self.result["phases"]["total"] = self._since(self.t0)
+        lines = journal_tail(self.run_command, self.journalctl, self.unit, self.journal_lines) if journal else []
+        if journal:
+            self.result["journal"] = lines
+        where = []
+        if self.result["stopped"]:
+            where.append("%s is stopped" % self.unit)
+        if self.link:
+            where.append("%s points at %s" % (
+                self.link, self.result["link_after"] if self.result["switched"] else self.result["link_before"]))
+        if where:
+            msg = "%s Now: %s." % (msg, "; ".join(where))
+        if lines:
+            msg += "\nLast %d lines of the journal of %s:\n%s" % (len(lines), self.unit, "\n".join(lines))
+        raise CutoverFailed(msg, self.result)
+
+    def _systemctl(self, verb):
+        argv = [self.systemctl, verb]
+        if verb != "daemon-reload":
+            argv += ["--", self.unit]
+        return self.run_command(argv)
+
+    def _wait_gpus(self, step, expect, timeout):
+        res = self.collect(expect=expect, timeout=timeout, interval=self.vram.get("interval", 0.5))
+        if not res["expectation_met"]:
+            why = nvml.failure_message(res, timeout)
+            self._fail(step, "The GPUs did not get %s: %s" % (
+                "free after the stop" if step == "vram_freed" else "loaded after the start", why.replace("\n", " ")))
+        return [gpu.get("memory_used_mib") for gpu in res["gpus"]]
+
+    # ----------------------------------------------------------------- run
+
+    def describe(self):
+        """What run() would do, in one sentence (check mode)."""
+        words = ["stop %s" % self.unit]
+        if self.vram:
+            words.append("wait until the GPUs are free")
+        if self.link and self.result["link_before"] != self.link_target:
+            words.append("point %s at %s (was %s)" % (self.link, self.link_target, self.result["link_before"]))
+        if self.daemon_reload:
+            words.append("reload systemd")
+        words.append("start %s" % self.unit)
+        if self.client is not None:
+            words.append("wait until it is ready")
+        if self.vram and self.vram.get("loaded_min_used_mib") is not None:
+            words.append("check that the model holds the GPUs' memory")
+        return ", ".join(words)
+
+    def prepare(self, check_mode=False):
+        """Read the unit and the link; fail before anything is stopped when the cutover cannot work.
+
+        In check mode a unit that does not exist yet is no failure (an
+        earlier task would have rendered it); ``warnings`` says so.
+        """
+        state = unit_state(self.run_command, self.systemctl, self.unit)
+        if not state:
+            self._fail("unit", "systemctl cannot read the unit %s; nothing was stopped." % self.unit)
+        if check_mode and state.get("LoadState") == "not-found":
+            self.warnings.append("The unit %s does not exist yet; in a real run it must be rendered before the "
+                                 "cutover." % self.unit)
+        elif state.get("LoadState") != "loaded":
+            self._fail("unit", "The unit %s is %s: render it (the gpufleet.vllm.service role) before a cutover; "
+                       "nothing was stopped." % (self.unit, state.get("LoadState") or "unknown"))
+        self.result["was_active"] = state.get("ActiveState") in ACTIVE_STATES
+        if self.link:
+            self.result["link_before"] = read_link(self.link)
+        if self.vram:
+            # NVML must answer before the server is stopped, or the stop cannot be proven
+            res = self.collect(expect={}, timeout=0)
+            if not res["nvml_available"]:
+                self._fail("nvml", "NVML cannot be read, so freed and loaded VRAM cannot be checked; nothing was "
+                           "stopped: %s" % nvml.failure_message(res))
+            count = self.vram.get("count")
+            if count is not None and res["gpu_count"] != count:
+                self._fail("nvml", "The host has %d GPUs where %d are expected; nothing was stopped."
+                           % (res["gpu_count"], count))
+
+    def run(self):
+        """The whole window; returns the result dict (raises CutoverFailed)."""
+        result = self.result
+        result["changed"] = True
+        self.t0 = self.clock()
+        phases = result["phases"]
+
+        mark = self.clock()
+        rc, dummy, err = self._systemctl("stop")
+        if rc != 0:
+            self._fail("stop", "systemctl stop %s failed (exit %d): %s" % (self.unit, rc, (err or "").strip()),
+                       journal=True)
+        result["stopped"] = True
+        phases["stop"] = self._since(mark)
+
+        if self.vram:
+            mark = self.clock()
+            result["vram_freed_mib"] = self._wait_gpus("vram_freed", {
+                "count": self.vram.get("count"), "max_used_mib": self.vram.get("stopped_max_used_mib", 1024),
+                "no_processes": True}, self.vram.get("free_timeout", 120))
+            phases["vram_freed"] = self._since(mark)
+        result["stop_seconds"] = self._since(self.t0)
+
+        if self.link:
+            mark = self.clock()
+            try:
+                before = read_link(self.link) or self.previous_link_target
+                if self.previous_link and before and before != self.link_target:
+                    point_link(self.previous_link, before)
+                result["switched"] = point_link(self.link, self.link_target)
+            except (OSError, ValueError) as exc:
+                self._fail("switch", "Cannot point %s at %s: %s." % (self.link, self.link_target, exc))
+            result["link_after"] = read_link(self.link)
+            phases["switch"] = self._since(mark)
+
+        if self.daemon_reload:
+            rc, dummy, err = self._systemctl("daemon-reload")
+            if rc != 0:
+                self._fail("daemon_reload", "systemctl daemon-reload failed (exit %d): %s" % (rc, (err or "").strip()))
+
+        mark = self.clock()
+        rc, dummy, err = self._systemctl("start")
+        if rc != 0:
+            self._fail("start", "systemctl start %s failed (exit %d): %s" % (self.unit, rc, (err or "").strip()),
+                       journal=True)
+        result["started"] = True
+        started_at = self.clock()
+        phases["start"] = _round(started_at - mark)
+
+        if self.client is not None:
+            def watch():
+                return unit_stopped_reason(self.unit, unit_state(self.run_command, self.systemctl, self.unit))
+            ready = wait_ready(self.client, watch=watch, clock=self.clock, sleep=self.sleep, **self.ready)
+            ready.pop("once", None)
+            timeout = ready.pop("timeout", None)
+            result["readiness"] = ready
+            result["version"] = ready.get("version")
+            phases["ready"] = self._since(started_at)
+            if not ready["ready"]:
+                result["readiness"]["msg"] = failure_message(ready)
+                self._fail("ready", "%s did not get ready after the cutover (timeout %s s): %s" % (
+                    self.unit, timeout, failure_message(ready)), journal=True)
+            result["ready"] = True
+        result["load_seconds"] = self._since(started_at)
+        result["downtime_seconds"] = self._since(self.t0)
+
+        if self.vram and self.vram.get("loaded_min_used_mib") is not None:
+            mark = self.clock()
+            result["vram_used_mib"] = self._wait_gpus("vram_loaded", {
+                "count": self.vram.get("count"), "min_used_mib": self.vram["loaded_min_used_mib"]},
+                self.vram.get("loaded_timeout", 60))
+            phases["vram_loaded"] = self._since(mark)
+        phases["total"] = self._since(self.t0)
+        return result

@@ -1,0 +1,469 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: vllm_cutover
+short_description: Restart a vLLM server onto another environment in one step (stop, GPUs free, switch, start, ready)
+version_added: 0.1.0
+description:
+  - The downtime window of a vLLM host, run on the host without a round trip to the control node between its steps
+    (1) C(systemctl stop) the unit;
+    (2) wait until every GPU's memory is freed and no process holds a GPU (NVML, as M(gpufleet.vllm.nvml_vram));
+    (3) point the environment link O(link) at O(link_target) (a new link renamed over the old one, atomic), after
+    remembering the old target in O(previous_link);
+    (4) C(systemctl start) the unit;
+    (5) the readiness gate of M(gpufleet.vllm.vllm_ready) (C(/health) 200, the served model listed, a 1-token
+    completion);
+    (6) check that the model holds the GPUs' memory.
+  - Returns the downtime as the host saw it, from the stop to ready (RV(downtime_seconds)), and how long each step took
+    (RV(phases)).
+  - Before anything is stopped, the module checks that the unit exists, that O(link_target) is a Python environment,
+    that O(link) is a link (or absent) and, with O(vram), that NVML answers with the expected GPU count. Any of these
+    failing stops the task with the server still running.
+  - On a failure after the stop, the task fails with what was done (RV(stopped), RV(switched), RV(started)), the link's
+    old target (RV(link_before)) and the last lines of the unit's journal, so that a rescue can switch back and start
+    the previous environment.
+  - Like C(state=restarted), the module always restarts the unit (RV(changed=true)); call it when a restart is due.
+    Render the unit and run C(daemon-reload) before, while the server still serves (C(daemon-reload) does not restart
+    a running service).
+options:
+  unit:
+    description:
+      - The systemd unit that runs the server, for example V(vllm-kimi-k25.service).
+    type: str
+    required: true
+  link:
+    description:
+      - The environment link the unit starts through (for example V(/opt/vllm/current), as C(ExecStart=) uses it).
+        Pointed at O(link_target) while the server is stopped. Without it, the unit is restarted as it is.
+      - An existing real directory or file at this path is never replaced; the task fails before the stop.
+    type: path
+  link_target:
+    description:
+      - The environment O(link) points at after the cutover (a directory with C(bin/python)). Required with O(link).
+    type: path
+  previous_link:
+    description:
+      - A link that keeps the environment O(link) pointed at before, for a rollback. Only changed when O(link) changes.
+    type: path
+  previous_link_target:
+    description:
+      - What O(previous_link) points at after the switch, when O(link) does not exist yet (the first switch of a host
+        whose server ran from another environment, such as an adopted venv). When O(link) exists, its old target is
+        used and this is ignored.
+    type: path
+  daemon_reload:
+    description:
+      - Run C(systemctl daemon-reload) between the stop and the start (for a unit file changed while the server was
+        stopped).
+    type: bool
+    default: false
+  ready:
+    description:
+      - Whether to wait for the readiness gate after the start. Without it, the downtime ends at the start.
+    type: bool
+    default: true
+  base_url:
+    description:
+      - The server's base URL, for example V(http://127.0.0.1:8000). Without it, the URL is made from O(host) and
+        O(port).
+    type: str
+  host:
+    description:
+      - The address to reach the server at, when O(base_url) is not given. Default V(127.0.0.1).
+    type: str
+  port:
+    description:
+      - The server's port, when O(base_url) is not given. Default V(8000).
+    type: int
+  served_model_name:
+    description:
+      - The model name the server must list in C(/v1/models) (vLLM's C(--served-model-name)); without it any listed
+        model passes.
+    type: str
+  completion:
+    description:
+      - Whether the readiness gate makes a 1-token completion.
+    type: bool
+    default: true
+  prompt:
+    description:
+      - The prompt of the 1-token completion.
+    type: str
+    default: ping
+  api_key:
+    description:
+      - The server's API key, sent as a bearer token.
+    type: str
+  validate_certs:
+    description:
+      - Whether to verify the server's TLS certificate for an C(https://) O(base_url).
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds to wait, from the start, until the server is ready (the model load). A 1T-parameter model can take 10
+        minutes or more.
+    type: int
+    default: 900
+  interval:
+    description:
+      - Seconds between two readiness polls. Each poll is one local HTTP request; a short interval keeps the downtime
+        close to the load time.
+    type: float
+    default: 1.0
+  request_timeout:
+    description:
+      - Seconds one HTTP request may take.
+    type: float
+    default: 30.0
+  vram:
+    description:
+      - The NVML checks around the restart (nvidia-ml-py must be importable by the interpreter that runs the module).
+        Left out, the GPUs are not checked.
+    type: dict
+    suboptions:
+      count:
+        description: The number of GPUs the host must have.
+        type: int
+      stopped_max_used_mib:
+        description: After the stop, every GPU must use at most this much memory (MiB) and no process may hold a GPU.
+        type: int
+        default: 1024
+      free_timeout:
+        description: Seconds to wait after the stop until the GPUs are free.
+        type: int
+        default: 120
+      loaded_min_used_mib:
+        description: After ready, every GPU must use at least this much memory (MiB). Left out, not checked.
+        type: int
+      loaded_timeout:
+        description: Seconds to wait after ready until the GPUs hold O(vram.loaded_min_used_mib).
+        type: int
+        default: 60
+      interval:
+        description: Seconds between two NVML reads while waiting.
+        type: float
+        default: 0.5
+  journal_lines:
+    description:
+      - How many lines of the unit's journal a failure message shows.
+    type: int
+    default: 30
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the pre-checks run (unit, link, NVML) and the module reports what it would do; nothing is stopped.
+  diff_mode:
+    support: full
+    details:
+      - The diff shows the target of O(link) before and after.
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - The restart is not undone by the module on a failure: a playbook's C(rescue) decides (the C(gpufleet.vllm.rollout)
+    playbook switches back to the previous environment and starts it).
+  - Run it with the interpreter of the C(gpufleet.vllm.host_tools) venv when O(vram) is given (nvidia-ml-py).
+requirements:
+  - Python 3.10 or newer on the host, C(systemctl) and C(journalctl).
+  - nvidia-ml-py (module C(pynvml)) for O(vram).
+seealso:
+  - module: gpufleet.vllm.vllm_ready
+    description: The readiness gate alone.
+  - module: gpufleet.vllm.nvml_vram
+    description: The GPU checks alone.
+  - module: ansible.builtin.systemd_service
+    description: Start, stop and restart units.
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Restart vLLM onto the staged environment, downtime measured on the host
+  gpufleet.vllm.vllm_cutover:
+    unit: vllm-kimi-k25.service
+    link: /opt/vllm/current
+    link_target: /opt/vllm/envs/vllm-0.33.0-20261202T101500Z
+    previous_link: /opt/vllm/previous
+    port: 8000
+    served_model_name: kimi-k2.5
+    timeout: 900
+    vram:
+      count: 8
+      loaded_min_used_mib: 90000
+  vars:
+    ansible_python_interpreter: /opt/gpufleet/tools/bin/python
+  register: cutover
+
+- name: Show the downtime
+  ansible.builtin.debug:
+    msg: "down {{ cutover.downtime_seconds }} s, of which the model load {{ cutover.load_seconds }} s"
+
+- name: Restart without GPU checks or link switch, ready when /health answers
+  gpufleet.vllm.vllm_cutover:
+    unit: vllm-minimax-m25.service
+    port: 8001
+    completion: false
+"""
+
+RETURN = r"""
+changed:
+  description: V(true) when the unit was (or, in check mode, would be) restarted.
+  returned: always
+  type: bool
+  sample: true
+unit:
+  description: The unit.
+  returned: always
+  type: str
+  sample: vllm-kimi-k25.service
+was_active:
+  description: Whether the unit was running before the stop.
+  returned: always
+  type: bool
+  sample: true
+stopped:
+  description: Whether the unit was stopped (a failed task with V(true) left the server down or restarting).
+  returned: always
+  type: bool
+  sample: true
+switched:
+  description: Whether O(link) was changed.
+  returned: always
+  type: bool
+  sample: true
+started:
+  description: Whether C(systemctl start) succeeded.
+  returned: always
+  type: bool
+  sample: true
+ready:
+  description: Whether the readiness gate passed.
+  returned: always
+  type: bool
+  sample: true
+link:
+  description: O(link).
+  returned: always
+  type: str
+  sample: /opt/vllm/current
+link_before:
+  description: The target of O(link) before the cutover (V(null) when it did not exist or no O(link) was given).
+  returned: always
+  type: str
+  sample: /root/ml-env
+link_after:
+  description: The target of O(link) after the switch (V(null) before it).
+  returned: always
+  type: str
+  sample: /opt/vllm/envs/vllm-0.33.0-20261202T101500Z
+previous_link:
+  description: O(previous_link).
+  returned: always
+  type: str
+  sample: /opt/vllm/previous
+downtime_seconds:
+  description: Seconds from the stop to ready, on the host's clock; V(null) when the server did not get ready.
+  returned: always
+  type: float
+  sample: 541.8
+load_seconds:
+  description: Seconds from the start to ready (the model load).
+  returned: always
+  type: float
+  sample: 538.2
+stop_seconds:
+  description: Seconds from the stop until the GPUs were free.
+  returned: always
+  type: float
+  sample: 3.1
+phases:
+  description: Seconds each step took (C(stop), C(vram_freed), C(switch), C(start), C(ready), C(vram_loaded), C(total)).
+  returned: always
+  type: dict
+  sample: {stop: 2.6, vram_freed: 0.5, switch: 0.0, start: 0.01, ready: 538.2, vram_loaded: 0.0, total: 541.8}
+readiness:
+  description: The readiness gate's result, as M(gpufleet.vllm.vllm_ready) returns it (C(stages), C(version), ...).
+  returned: when the gate ran
+  type: dict
+version:
+  description: The server's version from C(GET /version) after the start.
+  returned: always
+  type: str
+  sample: 0.33.0
+vram_freed_mib:
+  description: Memory used per GPU after the stop.
+  returned: always
+  type: list
+  elements: int
+  sample: [0, 0, 0, 0, 0, 0, 0, 0]
+vram_used_mib:
+  description: Memory used per GPU once loaded (empty without O(vram.loaded_min_used_mib)).
+  returned: always
+  type: list
+  elements: int
+  sample: [95000, 95000, 95000, 95000, 95000, 95000, 95000, 95000]
+failed_step:
+  description: The step that failed (C(unit), C(link), C(nvml), C(stop), C(vram_freed), C(switch), C(start), C(ready),
+    C(vram_loaded)), V(null) on success.
+  returned: always
+  type: str
+  sample: ready
+journal:
+  description: The last O(journal_lines) lines of the unit's journal.
+  returned: when a step after the stop failed
+  type: list
+  elements: str
+msg:
+  description: What happened, in one sentence.
+  returned: always
+  type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.cutover import (
+    Cutover,
+    CutoverFailed,
+    check_link_args,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import VllmClient, make_base_url
+
+
+def _bad_numbers(params):
+    problems = []
+    for name in ("timeout", "journal_lines"):
+        if params[name] < 0:
+            problems.append("%s=%s is negative; give 0 or more" % (name, params[name]))
+    for name in ("interval", "request_timeout"):
+        if params[name] <= 0:
+            problems.append("%s=%s must be more than 0 seconds" % (name, params[name]))
+    vram = params["vram"] or {}
+    for name in ("count", "stopped_max_used_mib", "free_timeout", "loaded_min_used_mib", "loaded_timeout"):
+        if vram.get(name) is not None and vram[name] < 0:
+            problems.append("vram.%s=%s is negative" % (name, vram[name]))
+    if vram and vram.get("interval") is not None and vram["interval"] <= 0:
+        problems.append("vram.interval=%s must be more than 0 seconds" % vram["interval"])
+    return problems
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            unit=dict(type="str", required=True),
+            link=dict(type="path"),
+            link_target=dict(type="path"),
+            previous_link=dict(type="path"),
+            previous_link_target=dict(type="path"),
+            daemon_reload=dict(type="bool", default=False),
+            ready=dict(type="bool", default=True),
+            base_url=dict(type="str"),
+            host=dict(type="str"),
+            port=dict(type="int"),
+            served_model_name=dict(type="str"),
+            completion=dict(type="bool", default=True),
+            prompt=dict(type="str", default="ping"),
+            api_key=dict(type="str", no_log=True),
+            validate_certs=dict(type="bool", default=True),
+            timeout=dict(type="int", default=900),
+            interval=dict(type="float", default=1.0),
+            request_timeout=dict(type="float", default=30.0),
+            vram=dict(type="dict", options=dict(
+                count=dict(type="int"),
+                stopped_max_used_mib=dict(type="int", default=1024),
+                free_timeout=dict(type="int", default=120),
+                loaded_min_used_mib=dict(type="int"),
+                loaded_timeout=dict(type="int", default=60),
+                interval=dict(type="float", default=0.5),
+            )),
+            journal_lines=dict(type="int", default=30),
+        ),
+        mutually_exclusive=[["base_url", "host"], ["base_url", "port"]],
+        required_by={"previous_link_target": "previous_link"},
+        supports_check_mode=True,
+    )
+    params = module.params
+    # every failure before the stop says so, for a rescue that decides whether to roll back
+    untouched = dict(changed=False, stopped=False, switched=False, started=False, ready=False)
+    unit = params["unit"].strip()
+    if not unit:
+        module.fail_json(msg="unit is empty: give the systemd unit of the server, for example vllm-kimi-k25.service.",
+                         failed_step="options", **untouched)
+    if "." not in unit:
+        unit += ".service"
+    problems = _bad_numbers(params) + check_link_args(params["link"], params["link_target"], params["previous_link"],
+                                                      must_exist=not module.check_mode)
+    client = None
+    if params["ready"]:
+        try:
+            url = make_base_url(host=params["host"], port=params["port"], base_url=params["base_url"])
+        except ValueError as exc:
+            problems.append(str(exc))
+        else:
+            client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
+                                validate_certs=params["validate_certs"])
+    if problems:
+        module.fail_json(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
+
+    systemctl = module.get_bin_path("systemctl")
+    if systemctl is None:
+        module.fail_json(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
+                         % unit, failed_step="unit", **untouched)
+    cutover = Cutover(
+        module.run_command, systemctl, module.get_bin_path("journalctl"), unit,
+        link=params["link"], link_target=params["link_target"], previous_link=params["previous_link"],
+        previous_link_target=params["previous_link_target"], daemon_reload=params["daemon_reload"], client=client,
+        ready=dict(served_model_name=params["served_model_name"], timeout=params["timeout"],
+                   interval=params["interval"], completion=params["completion"], prompt=params["prompt"]),
+        vram=params["vram"], journal_lines=params["journal_lines"])
+
+    try:
+        cutover.prepare(check_mode=module.check_mode)
+    except CutoverFailed as exc:
+        exc.result["changed"] = False
+        module.fail_json(msg=exc.msg, **exc.result)
+    for warning in cutover.warnings:
+        module.warn(warning)
+    if module.check_mode and params["link"] and not os.path.isdir(params["link_target"]):
+        module.warn("link_target %s does not exist (yet): in check mode nothing was staged." % params["link_target"])
+
+    result = cutover.result
+    if module._diff and params["link"]:
+        result["diff"] = {
+            "before_header": params["link"], "after_header": params["link"],
+            "before": "%s -> %s\n" % (params["link"], result["link_before"]),
+            "after": "%s -> %s\n" % (params["link"], params["link_target"]),
+        }
+    if module.check_mode:
+        result["changed"] = True
+        result["msg"] = "Check mode: would %s." % cutover.describe()
+        module.exit_json(**result)
+
+    try:
+        result = cutover.run()
+    except CutoverFailed as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
+    phases = result["phases"]
+    result["msg"] = "%s restarted%s: down %.1f s (stop %.1f s, load %.1f s)%s." % (
+        unit, (" on %s" % result["link_after"]) if params["link"] else "",
+        result["downtime_seconds"], result["stop_seconds"], result["load_seconds"],
+        (", vLLM %s ready" % result["version"]) if result["version"] else "")
+    if "vram_loaded" in phases:
+        result["msg"] += " The GPUs hold %s MiB." % "/".join(str(m) for m in result["vram_used_mib"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

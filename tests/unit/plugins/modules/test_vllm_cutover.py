@@ -1,0 +1,402 @@
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.vllm_cutover: a real stand-in server restarted through a small systemd.
+
+The module runs as Ansible runs it on a host (its file executed by Python
+with the arguments as JSON), with the fake NVML library under the real
+pynvml, and ``systemctl``/``journalctl`` from tests/unit/fakesystemd.py,
+which run the vLLM stand-in (tests/sim/standin) as the unit's process: the
+stand-in claims VRAM in the fake NVML state while it runs and frees it when
+stopped, and reports the vLLM version of the environment its link points at.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fakesystemd
+from helpers import load_source
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils import cutover
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+MODULE = os.path.join(REPO, "plugins", "modules", "vllm_cutover.py")
+COLLECTIONS = os.path.join(REPO, ".cache", "collections")
+STANDIN = os.path.join(REPO, "tests", "sim", "standin", "vllm_standin.py")
+UNIT = "vllm-sim.service"
+
+nvml_state = load_source("fakenvml_state_for_cutover", "tests", "sim", "fakenvml", "state.py")
+
+
+def free_port():
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_env(path, version):
+    """A directory that looks like a vLLM venv of VERSION (what the stand-in reads)."""
+    os.makedirs(os.path.join(path, "bin"))
+    os.symlink(sys.executable, os.path.join(path, "bin", "python"))
+    dist = os.path.join(path, "lib", "python3", "site-packages", "vllm-%s.dist-info" % version)
+    os.makedirs(dist)
+    with open(os.path.join(dist, "METADATA"), "w") as f:
+        f.write("Metadata-Version: 2.1\nName: vllm\nVersion: %s\n" % version)
+    return path
+
+
+class Host:
+    """One simulated host: envs A and B, the link, the fake NVML state, the unit."""
+
+    def __init__(self, tmp_path, lib_dir, load_seconds="0.3", extra_env=None):
+        self.tmp = tmp_path
+        self.state_dir = str(tmp_path / "systemd")
+        self.env = fakesystemd.install(str(tmp_path / "bin"), self.state_dir)
+        self.nvml = str(tmp_path / "nvml" / "state")
+        self.env.update(LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=self.nvml, PYTHONPATH=COLLECTIONS)
+        self.env_a = make_env(str(tmp_path / "envs" / "vllm-0.32.0"), "0.32.0")
+        self.env_b = make_env(str(tmp_path / "envs" / "vllm-0.33.0"), "0.33.0")
+        self.link = str(tmp_path / "current")
+        self.previous = str(tmp_path / "previous")
+        os.symlink(self.env_a, self.link)
+        self.model = tmp_path / "model"
+        self.model.mkdir()
+        self.port = free_port()
+        server_env = {
+            "FAKE_NVML_STATE": self.nvml, "VLLM_STANDIN_LOAD_SECONDS": load_seconds,
+            "VLLM_STANDIN_RELEASE_SECONDS": "0", "VLLM_STANDIN_TTFT_SECONDS": "0.01",
+            "VLLM_STANDIN_VRAM_MIB": "95000", "VLLM_STANDIN_VENV": self.link,
+        }
+        server_env.update(extra_env or {})
+        fakesystemd.write_unit(self.state_dir, UNIT, [
+            sys.executable, STANDIN, "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
+            "--served-model-name", "kimi-k2.5", "--tensor-parallel-size", "8"], server_env)
+
+    def systemctl(self, *words):
+        return subprocess.run(["systemctl"] + list(words), env=dict(os.environ, **self.env), capture_output=True,
+                              text=True, check=False)
+
+    def show(self):
+        out = self.systemctl("show", "--", UNIT).stdout
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+    def start_serving(self):
+        """Start the unit and wait until the stand-in answers (the host before the cutover)."""
+        assert self.systemctl("start", "--", UNIT).returncode == 0
+        import urllib.request
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port, timeout=1) as answer:
+                    if answer.status == 200:
+                        return int(self.show()["MainPID"])
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the stand-in did not come up: %s" % self.journal())
+
+    def journal(self):
+        return fakesystemd._read(os.path.join(self.state_dir, UNIT + ".log"), "")
+
+    def calls(self):
+        text = fakesystemd._read(os.path.join(self.state_dir, "calls"), "")
+        return [line for line in text.splitlines() if not line.startswith("show")]
+
+    def args(self, **extra):
+        args = {"unit": UNIT, "link": self.link, "link_target": self.env_b, "previous_link": self.previous,
+                "port": self.port, "served_model_name": "kimi-k2.5", "timeout": 30, "interval": 0.1,
+                "vram": {"count": 8, "loaded_min_used_mib": 90000, "free_timeout": 10, "interval": 0.1}}
+        args.update(extra)
+        return args
+
+    def run(self, args, check=False, diff=False):
+        args = dict(args, _ansible_check_mode=check, _ansible_diff=diff)
+        path = self.tmp / ("args-%d.json" % time.monotonic_ns())
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+        proc = subprocess.run([sys.executable, MODULE, str(path)], env=dict(os.environ, **self.env),
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    def close(self):
+        self.systemctl("stop", "--", UNIT)
+
+
+@pytest.fixture
+def host(tmp_path, lib_dir):
+    made = []
+
+    def make(**kwargs):
+        made.append(Host(tmp_path, lib_dir, **kwargs))
+        return made[-1]
+
+    yield make
+    for item in made:
+        item.close()
+
+
+def vram_used(state_file):
+    """MiB per GPU that live processes hold in the fake NVML state."""
+    data = nvml_state.read_state(state_file)
+    used = []
+    for index in range(8):
+        procs = data.get("gpu.%d.procs" % index, "")
+        used.append(sum(int(entry.split(":")[1]) for entry in procs.split(",") if entry
+                        and fakesystemd._alive(int(entry.split(":")[0]))))
+    return used
+
+
+# ------------------------------------------------------------------ cutover
+
+
+def test_cutover_restarts_onto_the_new_environment(host):
+    h = host(load_seconds="0.8")
+    old_pid = h.start_serving()
+    assert vram_used(h.nvml) == [95000] * 8
+
+    rc, res = h.run(h.args(), diff=True)
+    assert rc == 0, res["msg"]
+    assert res["changed"] is True and res["failed_step"] is None
+    assert res["was_active"] and res["stopped"] and res["switched"] and res["started"] and res["ready"]
+    # the link moved, the previous link keeps the old environment for a rollback
+    assert os.readlink(h.link) == h.env_b and os.readlink(h.previous) == h.env_a
+    assert res["link_before"] == h.env_a and res["link_after"] == h.env_b
+    # a new process serves the new build and holds the GPUs again
+    new_pid = int(h.show()["MainPID"])
+    assert new_pid not in (0, old_pid)
+    assert res["version"] == "0.33.0"
+    assert res["vram_freed_mib"] == [0] * 8
+    assert res["vram_used_mib"] == [95000] * 8 and vram_used(h.nvml) == [95000] * 8
+    # the downtime is the stop plus the load, measured on the host
+    assert res["load_seconds"] >= 0.8
+    assert res["downtime_seconds"] >= res["load_seconds"] + res["phases"]["stop"]
+    assert res["downtime_seconds"] < res["load_seconds"] + 5
+    assert set(res["phases"]) >= {"stop", "vram_freed", "switch", "start", "ready", "vram_loaded", "total"}
+    assert [c.split()[0] for c in h.calls()] == ["start", "stop", "start"]
+    assert res["readiness"]["stages"]["completion"]["passed"] is True
+    assert res["diff"]["before"] == "%s -> %s\n" % (h.link, h.env_a)
+    assert res["diff"]["after"] == "%s -> %s\n" % (h.link, h.env_b)
+    assert "down" in res["msg"] and "0.33.0" in res["msg"]
+
+
+def test_check_mode_stops_nothing(host):
+    h = host()
+    pid = h.start_serving()
+    rc, res = h.run(h.args(), check=True, diff=True)
+    assert rc == 0, res["msg"]
+    assert res["changed"] is True and not res["stopped"] and not res["switched"]
+    assert "Check mode: would stop %s" % UNIT in res["msg"]
+    assert "point %s at %s" % (h.link, h.env_b) in res["msg"]
+    assert int(h.show()["MainPID"]) == pid and os.readlink(h.link) == h.env_a
+    assert not os.path.lexists(h.previous)
+    assert [c.split()[0] for c in h.calls()] == ["start"]
+    assert res["diff"]["after"] == "%s -> %s\n" % (h.link, h.env_b)
+
+
+def test_check_mode_on_a_host_without_the_unit_or_the_staged_env(host, tmp_path):
+    h = host()
+    os.unlink(os.path.join(h.state_dir, UNIT + ".json"))
+    rc, res = h.run(h.args(link_target=str(tmp_path / "envs" / "not-staged")), check=True)
+    assert rc == 0, res["msg"]
+    assert res["changed"] is True
+    warnings = json.dumps(res.get("warnings"))  # ansible-core 2.19 returns them as structured events
+    assert "The unit %s does not exist yet" % UNIT in warnings
+    assert "nothing was staged" in warnings
+
+
+def test_a_build_that_never_gets_ready_fails_with_what_was_done(host):
+    h = host(extra_env={"VLLM_STANDIN_NEVER_READY_VENV": "*vllm-0.33.0*"})
+    h.start_serving()
+    rc, res = h.run(h.args(timeout=2))
+    assert rc == 1
+    assert res["failed_step"] == "ready"
+    assert res["stopped"] and res["switched"] and res["started"] and not res["ready"]
+    assert res["link_before"] == h.env_a and os.readlink(h.previous) == h.env_a
+    assert res["downtime_seconds"] is None
+    assert "did not get ready after the cutover (timeout 2 s)" in res["msg"]
+    assert "GET /health" in res["msg"]
+    assert "Now: %s is stopped; %s points at %s." % (UNIT, h.link, h.env_b) in res["msg"]
+    assert res["journal"] and "Last" in res["msg"]
+
+
+def test_a_server_that_dies_while_loading_ends_the_wait_at_once(host):
+    h = host(load_seconds="0.2")
+    h.start_serving()
+    # the new start fails at once: its model directory is gone
+    os.rmdir(str(h.model))
+    started = time.monotonic()
+    rc, res = h.run(h.args(timeout=60))
+    assert rc == 1
+    assert res["failed_step"] == "ready"
+    assert time.monotonic() - started < 30
+    assert res["readiness"]["stopped_reason"].startswith("the unit %s failed" % UNIT)
+
+
+def test_gpus_still_held_after_the_stop_fail_before_the_switch(host):
+    h = host()
+    h.start_serving()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        nvml_state.claim(holder.pid, 40000, [3], h.nvml)
+        rc, res = h.run(h.args(vram={"count": 8, "free_timeout": 1, "interval": 0.1}))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 1
+    assert res["failed_step"] == "vram_freed"
+    assert res["stopped"] and not res["switched"] and not res["started"]
+    assert os.readlink(h.link) == h.env_a and not os.path.lexists(h.previous)
+    assert "did not get free after the stop" in res["msg"]
+    assert "GPU 3" in res["msg"] and "%d" % holder.pid in res["msg"]
+    assert "points at %s" % h.env_a in res["msg"]
+
+
+def test_a_failed_start_fails_with_the_journal(host):
+    h = host()
+    h.start_serving()
+    with open(os.path.join(h.state_dir, UNIT + ".fail-start"), "w") as f:
+        f.write("Job for vllm-sim.service failed because the control process exited with error code.")
+    rc, res = h.run(h.args())
+    assert rc == 1
+    assert res["failed_step"] == "start"
+    assert res["stopped"] and res["switched"] and not res["started"]
+    assert "systemctl start %s failed (exit 1)" % UNIT in res["msg"] and "control process" in res["msg"]
+    assert "journal" in res
+
+
+def test_an_inactive_unit_is_started(host):
+    h = host()
+    rc, res = h.run(h.args(link=None, link_target=None, previous_link=None))
+    assert rc == 0, res["msg"]
+    assert res["was_active"] is False and res["started"] and res["ready"]
+    assert res["switched"] is False and res["link_before"] is None
+    assert res["version"] == "0.32.0"  # the unit's link was not touched
+
+
+def test_first_switch_remembers_the_adopted_environment(host, tmp_path):
+    h = host()
+    os.unlink(h.link)  # the server ran from env A directly, before this collection managed it
+    rc, res = h.run(h.args(previous_link_target=h.env_a))
+    assert rc == 0, res["msg"]
+    assert res["link_before"] is None and res["switched"] is True
+    assert os.readlink(h.link) == h.env_b and os.readlink(h.previous) == h.env_a
+
+
+def test_no_vram_checks_without_vram(host):
+    h = host()
+    h.start_serving()
+    h.env["FAKE_NVML_STATE"] = "/nonexistent/state"  # NVML would fail: it is not used
+    rc, res = h.run(h.args(vram=None, completion=False))
+    assert rc == 0, res["msg"]
+    assert "vram_freed" not in res["phases"] and res["vram_used_mib"] == []
+
+
+# --------------------------------------------------- refused before the stop
+
+
+def refused_before_stop(h, res, rc, words):
+    assert rc == 1
+    assert res["changed"] is False and not res["stopped"]
+    assert words in res["msg"], res["msg"]
+    assert [c.split()[0] for c in h.calls()] == ["start"]
+    assert os.readlink(h.link) == h.env_a
+
+
+def test_missing_staged_environment_is_refused_before_the_stop(host, tmp_path):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(h.args(link_target=str(tmp_path / "envs" / "vllm-0.34.0")))
+    refused_before_stop(h, res, rc, "is not a directory on this host (was the environment staged?)")
+    assert res["msg"].startswith("Nothing was stopped")
+
+
+def test_link_that_is_a_real_directory_is_refused(host, tmp_path):
+    h = host()
+    h.start_serving()
+    os.makedirs(str(tmp_path / "realdir"))
+    rc, res = h.run(h.args(previous_link=str(tmp_path / "realdir")))
+    refused_before_stop(h, res, rc, "is a real directory, not a symbolic link")
+
+
+def test_unknown_unit_is_refused(host):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(h.args(unit="vllm-typo"))
+    refused_before_stop(h, res, rc, "The unit vllm-typo.service is not-found")
+
+
+def test_nvml_down_is_refused_before_the_stop(host):
+    h = host()
+    h.start_serving()
+    nvml_state.update_state(lambda d: d.update({"init_error": "DRIVER_NOT_LOADED"}), h.nvml)
+    rc, res = h.run(h.args())
+    refused_before_stop(h, res, rc, "NVML cannot be read")
+    assert "kernel driver is not loaded" in res["msg"]
+
+
+def test_wrong_gpu_count_is_refused_before_the_stop(host):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(h.args(vram={"count": 4}))
+    refused_before_stop(h, res, rc, "The host has 8 GPUs where 4 are expected")
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"timeout": -1}, "timeout=-1 is negative"),
+    ({"interval": 0}, "interval=0.0 must be more than 0 seconds"),
+    ({"link": "relative/current"}, "link=relative/current is not an absolute path"),
+    ({"link_target": None}, "needs link_target"),
+    ({"vram": {"free_timeout": -5}}, "vram.free_timeout=-5 is negative"),
+    ({"base_url": "ftp://x"}, "is not an http:// or https:// URL"),
+])
+def test_bad_options_are_refused(host, extra, words):
+    h = host()
+    args = h.args(**extra)
+    if "base_url" in extra:
+        args.pop("port")
+    rc, res = h.run(args)
+    assert rc == 1
+    assert words in res["msg"], res["msg"]
+    assert res["changed"] is False
+    assert h.calls() == []
+
+
+def test_previous_link_target_needs_previous_link(host):
+    h = host()
+    rc, res = h.run(h.args(previous_link=None, previous_link_target=h.env_a))
+    assert rc == 1 and "previous_link" in res["msg"]
+
+
+# ------------------------------------------------------------ link helpers
+
+
+def test_point_link_is_atomic_and_idempotent(tmp_path):
+    link = str(tmp_path / "current")
+    assert cutover.point_link(link, "/a") is True
+    assert cutover.point_link(link, "/a") is False
+    assert cutover.point_link(link, "/b") is True
+    assert os.readlink(link) == "/b"
+    assert sorted(os.listdir(str(tmp_path))) == ["current"]  # no temporary link left
+
+
+def test_point_link_never_replaces_a_directory(tmp_path):
+    path = tmp_path / "current"
+    path.mkdir()
+    (path / "keep").write_text("x")
+    with pytest.raises(ValueError):
+        cutover.point_link(str(path), "/a")
+    assert (path / "keep").read_text() == "x"
+
+
+def test_check_link_args_without_disk_checks_in_check_mode(tmp_path):
+    assert cutover.check_link_args("/opt/vllm/current", "/opt/vllm/envs/x", None, must_exist=False) == []
+    problems = cutover.check_link_args("/opt/vllm/current", "/opt/vllm/envs/x", None)
+    assert problems and "is not a directory" in problems[0]
+    assert cutover.check_link_args(None, None, None) == []
+    assert "same path" in cutover.check_link_args("/l", "/t", "/l", must_exist=False)[0]
