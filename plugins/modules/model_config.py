@@ -171,6 +171,13 @@ msg:
   returned: always
   type: str
   sample: removed 2 key(s) from 2 file(s)
+check_mode:
+  description:
+    - Whether the module ran in check mode (nothing written). Also true for a task with C(check_mode=true) in a run
+      without C(--check), where the C(ansible_check_mode) variable is false.
+  returned: always
+  type: bool
+  sample: false
 removed_count:
   description: Number of key paths removed over all files; 0 means the keys were already absent.
   returned: always
@@ -319,7 +326,8 @@ def main():
         msg = '%s %d key(s) from %d file(s)' % (verb, removed_count, changed_files)
     else:
         msg = 'nothing to remove: the keys are already absent'
-    result = dict(changed=bool(removed_count), msg=msg, removed_count=removed_count, files=results)
+    result = dict(changed=bool(removed_count), msg=msg, removed_count=removed_count, files=results,
+                  check_mode=module.check_mode)
     if module._diff and diffs:
         result['diff'] = diffs
     module.exit_json(**result)

@@ -131,6 +131,13 @@ msg:
   returned: always
   type: str
   sample: removed 35 files (65.3 MB) from /tmp
+check_mode:
+  description:
+    - Whether the module ran in check mode (nothing removed). Also true for a task with C(check_mode=true) in a run
+      without C(--check), where the C(ansible_check_mode) variable is false.
+  returned: always
+  type: bool
+  sample: false
 count:
   description: Number of files removed (in check mode, that would be removed).
   returned: always
@@ -295,6 +302,7 @@ def main():
         skipped=skipped[:LIST_LIMIT],
         truncated=count > LIST_LIMIT or len(skipped) > LIST_LIMIT,
         processes_unreadable=unreadable,
+        check_mode=module.check_mode,
     )
     if module.check_mode:
         result['would_remove'] = listed
