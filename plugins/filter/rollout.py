@@ -46,6 +46,8 @@ def rollout_line(row):
     line = "%s: %s" % (host, status)
     if parts:
         line += ", " + ", ".join(parts)
+    if status == "untouched" and row.get("needed"):
+        line += " (needs: %s)" % ", ".join(row["needed"])
     if row.get("failure"):
         line += " -- " + row["failure"]
     return line

@@ -46,6 +46,15 @@ def test_first_rollout_canary_passed_failing_host_rolled_back_next_untouched():
     assert first["rollout-2"]["status"] == "FAILED, rolled back"
     assert "ready" in first["rollout-2"]["failure"].lower() or "health" in first["rollout-2"]["failure"].lower()
     assert first["rollout-3"]["status"] == "untouched"
+    # the plan (every host at once, check mode) said what rollout-3 needs; its
+    # dumps and config keys are not reported as removed
+    assert any(need.startswith("build 0.33.0") for need in first["rollout-3"]["needed"])
+    assert "dumps (35)" in first["rollout-3"]["needed"]
+    assert first["rollout-3"]["artifacts_removed"] is None
+    assert first["rollout-3"]["config_keys_removed"] is None
+    # the canary's downtime, measured on the host by the cutover: the stop, then the load
+    assert first["rollout-1"]["load_s"] >= 5
+    assert first["rollout-1"]["load_s"] <= first["rollout-1"]["downtime_s"] < first["rollout-1"]["load_s"] + 10
 
 
 def test_failing_host_served_its_previous_build_after_the_first_rollout():
@@ -66,6 +75,7 @@ def test_host_after_the_failure_was_untouched_by_the_first_rollout():
 def test_converged_rollout_updated_the_rest():
     converge = rows(report("converge", "summary.json", 0))
     assert converge["rollout-1"]["status"] == "unchanged"
+    assert converge["rollout-1"]["needed"] == []  # converged: verified in the plan, never waited for a batch
     assert converge["rollout-2"]["status"] == "updated"
     assert converge["rollout-3"]["status"] == "updated"
 

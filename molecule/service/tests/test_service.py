@@ -225,3 +225,21 @@ def test_check_mode_with_a_changed_unit_restarts_nothing(host):
     assert result["ready"] is True and result["version"] == "0.33.0"
     assert seen["before"] == seen["after"] and len(seen["before"]) == 32
     assert "TimeoutStopSec=120" in host.file(UNIT_PATH).content_string.splitlines()
+
+
+def test_cutover_restarted_onto_the_other_environment_in_one_task(host):
+    if name(host) != "service-2":
+        pytest.skip("the cutover runs on service-2")
+    seen = evidence(host, "cutover.json")
+    there, back = seen["cutover"], seen["back"]
+    assert there["cutover"] is True and there["restarted"] is True and there["ready"] is True
+    # the stand-in reports the vLLM version of the environment the link points at
+    assert there["version"] == "9.9.9" and back["version"] == "0.33.0"
+    assert there["switched"] is True and there["link_before"] is None
+    assert seen["links"] == ["/opt/vllm/envs/vllm-9.9.9-probe", "/root/ml-env"]
+    # downtime measured on the host: the stop, then the stand-in's load
+    assert there["load_seconds"] >= LOAD_SECONDS
+    assert there["downtime_seconds"] >= there["load_seconds"] + there["phases"]["stop"]
+    assert max(there["vram_used_mib"]) >= 90000 and len(there["vram_used_mib"]) == 8
+    assert back["link_before"] == "/opt/vllm/envs/vllm-9.9.9-probe" and back["link_after"] == "/root/ml-env"
+    assert host.file("/opt/vllm/current").linked_to == "/root/ml-env"

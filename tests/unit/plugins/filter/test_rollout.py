@@ -27,6 +27,13 @@ def test_untouched_row():
     assert rollout_line({"host": "gpu-a03", "status": "untouched"}) == "gpu-a03: untouched"
 
 
+def test_untouched_row_says_what_the_plan_found():
+    row = {"host": "gpu-a03", "status": "untouched", "needed": ["build 0.34.0 (build)", "dumps (35)"]}
+    assert rollout_line(row) == "gpu-a03: untouched (needs: build 0.34.0 (build), dumps (35))"
+    # what an updated host needed is not repeated: its row says what was done
+    assert "needs" not in rollout_line(dict(row, status="updated"))
+
+
 def test_not_a_dict():
     with pytest.raises(AnsibleFilterError, match="summary row"):
         rollout_line("gpu-a01")
