@@ -73,7 +73,7 @@ def run_playbook(playbook, inventory, extra, env):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0])
     parser.add_argument('--host', default='benchmark-1')
-    parser.add_argument('--connection', default='containers.podman.podman')
+    parser.add_argument('--connection', default='gpufleet_sim.hosts.podman')
     parser.add_argument('--levels', default='1,16,64')
     parser.add_argument('--venv', default='/opt/vllm/bench-env')
     parser.add_argument('--tokenizer', default='/shared/kimi-k2.5-nvfp4')

@@ -18,7 +18,9 @@ export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_ROOT/tests/sim/containers.conf}"
 
 export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
-export ANSIBLE_COLLECTIONS_PATH="$REPO_ROOT/.cache/collections"
+# .cache/collections: this collection (a link); tests/sim/collections: the
+# simulated hosts' connection (test-only, not part of the collection)
+export ANSIBLE_COLLECTIONS_PATH="$REPO_ROOT/.cache/collections:$REPO_ROOT/tests/sim/collections"
 # The machine's own python3 (not the venv's), to create the venv with.
 export HOST_PYTHON
 HOST_PYTHON="${GPUFLEET_PYTHON:-$(PATH="${PATH//$VENV\/bin:/}" command -v python3 || true)}"
