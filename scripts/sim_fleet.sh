@@ -7,12 +7,15 @@
 #   scripts/sim_fleet.sh down     destroy them
 # Each host is a podman container with systemd as PID 1 made from the
 # locally built image, with the wheelhouse mounted read-only as its mirror.
+# Another fleet (benchmarks/bench_rollout.py): GPUFLEET_SIM_HOSTS="a b c"
+# and GPUFLEET_SIM_INVENTORY=<an inventory that lists them>.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
-HOSTS=(sim-gpu-1 sim-gpu-2 sim-gpu-3)
+read -r -a HOSTS <<<"${GPUFLEET_SIM_HOSTS:-sim-gpu-1 sim-gpu-2 sim-gpu-3}"
+INVENTORY="${GPUFLEET_SIM_INVENTORY:-inventories/local}"
 IMAGE="${GPUFLEET_HOST_IMAGE:-$(cat "$GPUFLEET_CACHE/host-image" 2>/dev/null || true)}"
 
 down() {
@@ -39,7 +42,7 @@ up() {
     return 0
   fi
   log "simulated fleet: ${#new[@]} new host(s) (${new[*]}): preparing the dirty reference state"
-  GPUFLEET_REPO="$REPO_ROOT" ansible-playbook -i inventories/local \
+  GPUFLEET_REPO="$REPO_ROOT" ansible-playbook -i "$INVENTORY" \
     --limit "$(IFS=,; echo "${new[*]}")" \
     tests/sim/playbooks/sim_host.yml tests/sim/playbooks/dirty_host.yml
 }
