@@ -84,7 +84,8 @@ def main():
     env = dict(os.environ)
     env.update({
         'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
-        'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections'),
+        'ANSIBLE_COLLECTIONS_PATH': os.pathsep.join([os.path.join(REPO, '.cache', 'collections'),
+                                                     os.path.join(REPO, 'tests', 'sim', 'collections')]),
         'CONTAINERS_CONF': env.get('CONTAINERS_CONF', os.path.join(REPO, 'tests', 'sim', 'containers.conf')),
         'NO_COLOR': '1',
     })

@@ -172,7 +172,7 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - The restart is not undone by the module on a failure: a playbook's C(rescue) decides (the C(gpufleet.vllm.rollout)
+  - The module does not undo a failed restart; a playbook's C(rescue) decides what to do (the C(gpufleet.vllm.rollout)
     playbook switches back to the previous environment and starts it).
   - Run it with the interpreter of the C(gpufleet.vllm.host_tools) venv when O(vram) is given (nvidia-ml-py).
 requirements:
@@ -456,7 +456,7 @@ def main():
     except CutoverFailed as exc:
         module.fail_json(msg=exc.msg, **exc.result)
     phases = result["phases"]
-    result["msg"] = "%s restarted%s: down %.1f s (stop %.1f s, load %.1f s)%s." % (
+    result["msg"] = "%s restarted%s: down %s s (stop %s s, load %s s)%s." % (
         unit, (" on %s" % result["link_after"]) if params["link"] else "",
         result["downtime_seconds"], result["stop_seconds"], result["load_seconds"],
         (", vLLM %s ready" % result["version"]) if result["version"] else "")

@@ -52,7 +52,7 @@ def test_every_default_is_an_option_with_the_same_default(role):
 def test_every_option_with_a_default_is_in_defaults(role):
     defaults = load(role, "defaults", "main.yml") or {}
     extra = sorted(name for name, uses in options(role).items()
-                   if name.startswith(role + "_") and any("default" in option for _, option in uses)
+                   if name.startswith(role + "_") and any("default" in option for dummy, option in uses)
                    and name not in defaults)
     assert not extra, "%s: options with a default that defaults/main.yml lacks: %s" % (role, extra)
 
