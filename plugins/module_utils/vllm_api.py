@@ -11,6 +11,9 @@ Python 3.10 or newer and nothing installed.
 Public API (used by the ``vllm_ready`` module; other modules that talk to
 vLLM should use the same client):
 
+* :func:`server_argument_spec` and :data:`SERVER_MUTUALLY_EXCLUSIVE` -- the
+  options of a module that talks to a vLLM server (documented by the doc
+  fragment ``gpufleet.vllm.vllm_server``).
 * :func:`make_base_url` -- ``http://HOST:PORT`` from a host and port (IPv6
   in brackets), or a given base URL without its trailing slash.
 * :class:`VllmClient` -- ``health()``, ``version()``, ``models()``,
@@ -74,6 +77,25 @@ class VllmApiError(Exception):
         super(VllmApiError, self).__init__(message)
         self.kind = kind
         self.status = status
+
+
+def server_argument_spec():
+    """The options of a module that talks to a vLLM server (doc fragment gpufleet.vllm.vllm_server)."""
+    return dict(
+        base_url=dict(type="str"),
+        host=dict(type="str"),
+        port=dict(type="int"),
+        served_model_name=dict(type="str"),
+        request_timeout=dict(type="float", default=30.0),
+        completion=dict(type="bool", default=True),
+        prompt=dict(type="str", default="ping"),
+        api_key=dict(type="str", no_log=True),
+        validate_certs=dict(type="bool", default=True),
+        journal_lines=dict(type="int", default=30),
+    )
+
+
+SERVER_MUTUALLY_EXCLUSIVE = [["base_url", "host"], ["base_url", "port"]]
 
 
 def make_base_url(host=None, port=None, scheme="http", base_url=None):

@@ -70,43 +70,6 @@ options:
       - Whether to wait for the readiness gate after the start. Without it, the downtime ends at the start.
     type: bool
     default: true
-  base_url:
-    description:
-      - The server's base URL, for example V(http://127.0.0.1:8000). Without it, the URL is made from O(host) and
-        O(port).
-    type: str
-  host:
-    description:
-      - The address to reach the server at, when O(base_url) is not given. Default V(127.0.0.1).
-    type: str
-  port:
-    description:
-      - The server's port, when O(base_url) is not given. Default V(8000).
-    type: int
-  served_model_name:
-    description:
-      - The model name the server must list in C(/v1/models) (vLLM's C(--served-model-name)); without it any listed
-        model passes.
-    type: str
-  completion:
-    description:
-      - Whether the readiness gate makes a 1-token completion.
-    type: bool
-    default: true
-  prompt:
-    description:
-      - The prompt of the 1-token completion.
-    type: str
-    default: ping
-  api_key:
-    description:
-      - The server's API key, sent as a bearer token.
-    type: str
-  validate_certs:
-    description:
-      - Whether to verify the server's TLS certificate for an C(https://) O(base_url).
-    type: bool
-    default: true
   timeout:
     description:
       - Seconds to wait, from the start, until the server is ready (the model load). A 1T-parameter model can take 10
@@ -119,11 +82,6 @@ options:
         close to the load time.
     type: float
     default: 1.0
-  request_timeout:
-    description:
-      - Seconds one HTTP request may take.
-    type: float
-    default: 30.0
   vram:
     description:
       - The NVML checks around the restart (nvidia-ml-py must be importable by the interpreter that runs the module).
@@ -152,13 +110,9 @@ options:
         description: Seconds between two NVML reads while waiting.
         type: float
         default: 0.5
-  journal_lines:
-    description:
-      - How many lines of the unit's journal a failure message shows.
-    type: int
-    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.vllm.vllm_server
 attributes:
   check_mode:
     support: full
@@ -339,7 +293,12 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.cutover import (
     CutoverFailed,
     check_link_args,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import VllmClient, make_base_url
+from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
+    SERVER_MUTUALLY_EXCLUSIVE,
+    VllmClient,
+    make_base_url,
+    server_argument_spec,
+)
 
 
 def _bad_numbers(params):
@@ -369,17 +328,8 @@ def main():
             previous_link_target=dict(type="path"),
             daemon_reload=dict(type="bool", default=False),
             ready=dict(type="bool", default=True),
-            base_url=dict(type="str"),
-            host=dict(type="str"),
-            port=dict(type="int"),
-            served_model_name=dict(type="str"),
-            completion=dict(type="bool", default=True),
-            prompt=dict(type="str", default="ping"),
-            api_key=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=1.0),
-            request_timeout=dict(type="float", default=30.0),
             vram=dict(type="dict", options=dict(
                 count=dict(type="int"),
                 stopped_max_used_mib=dict(type="int", default=1024),
@@ -388,9 +338,9 @@ def main():
                 loaded_timeout=dict(type="int", default=60),
                 interval=dict(type="float", default=0.5),
             )),
-            journal_lines=dict(type="int", default=30),
+            **server_argument_spec()
         ),
-        mutually_exclusive=[["base_url", "host"], ["base_url", "port"]],
+        mutually_exclusive=SERVER_MUTUALLY_EXCLUSIVE,
         required_by={"previous_link_target": "previous_link"},
         supports_check_mode=True,
     )

@@ -29,27 +29,6 @@ description:
   - Talks HTTP with the Python standard library only; nothing is installed on the host. Does not change anything;
     RV(changed) is always V(false).
 options:
-  base_url:
-    description:
-      - The server's base URL, for example V(http://127.0.0.1:8000). Without it, the URL is made from O(host) and
-        O(port).
-      - No proxy is used for a loopback address; other addresses follow the C(http_proxy)/C(no_proxy) environment.
-    type: str
-  host:
-    description:
-      - The address to reach the server at, when O(base_url) is not given. Default V(127.0.0.1).
-      - A server that listens on C(0.0.0.0) is reached at V(127.0.0.1) from its own host.
-    type: str
-  port:
-    description:
-      - The server's port, when O(base_url) is not given. Default V(8000).
-    type: int
-  served_model_name:
-    description:
-      - The model name the server must list in C(/v1/models) (vLLM's C(--served-model-name)), and the model of the
-        test completion.
-      - Without it, any listed model passes and the first one is used for the completion.
-    type: str
   timeout:
     description:
       - Seconds to wait in all, from the first poll, until every check passed. A 1T-parameter model can take 10
@@ -62,45 +41,15 @@ options:
       - Seconds between two attempts of a check that did not pass.
     type: float
     default: 5.0
-  request_timeout:
-    description:
-      - Seconds one HTTP request may take (capped by the time left before the deadline).
-    type: float
-    default: 30.0
-  completion:
-    description:
-      - Whether the third check (a 1-token completion) is made. Switch off for a server that must not generate, or
-        whose model name is not used for completions.
-    type: bool
-    default: true
-  prompt:
-    description:
-      - The prompt of the 1-token completion.
-    type: str
-    default: ping
-  api_key:
-    description:
-      - The server's API key (vLLM's C(--api-key) or C(VLLM_API_KEY)), sent in the C(Authorization) header as a
-        bearer token.
-    type: str
-  validate_certs:
-    description:
-      - Whether to verify the server's TLS certificate for an C(https://) O(base_url).
-    type: bool
-    default: true
   unit:
     description:
       - The systemd unit that runs the server, for example V(vllm-kimi-k25.service). When given, the wait stops as
         soon as the unit failed or stopped, the unit's state is returned (RV(unit_state)) and a failure message
         ends with the last O(journal_lines) lines of its journal.
     type: str
-  journal_lines:
-    description:
-      - How many journal lines of O(unit) a failure message shows.
-    type: int
-    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.vllm.vllm_server
 attributes:
   check_mode:
     support: full
@@ -280,11 +229,13 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
+    SERVER_MUTUALLY_EXCLUSIVE,
     VllmClient,
     failure_message,
     journal_tail,
     make_base_url,
     seconds_since_start,
+    server_argument_spec,
     unit_state,
     unit_stopped_reason,
     wait_ready,
@@ -301,21 +252,12 @@ def unit_watch(module, systemctl, unit):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            base_url=dict(type="str"),
-            host=dict(type="str"),
-            port=dict(type="int"),
-            served_model_name=dict(type="str"),
+            server_argument_spec(),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=5.0),
-            request_timeout=dict(type="float", default=30.0),
-            completion=dict(type="bool", default=True),
-            prompt=dict(type="str", default="ping"),
-            api_key=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
             unit=dict(type="str"),
-            journal_lines=dict(type="int", default=30),
         ),
-        mutually_exclusive=[["base_url", "host"], ["base_url", "port"]],
+        mutually_exclusive=SERVER_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
     )
     params = module.params
