@@ -14,7 +14,7 @@ the open fail instead of being followed, and a file whose inode changed since
 the scan is left alone.  A symbolic link that matches a pattern is removed as
 a link (its target is never opened or touched) or skipped.
 
-Use: ``validate_directory`` and ``validate_pattern`` on the inputs,
+Use: ``validate_options`` (or ``validate_directory`` and ``validate_pattern``) on the inputs,
 ``scan`` to find candidates, ``find_holders`` for processes that hold them
 open (``/proc/<pid>/fd``), ``remove`` to unlink them.  Standard library only.
 """
@@ -107,6 +107,31 @@ def parse_age(value):
     if seconds < 0:
         raise ArtifactError('min_age must not be negative.')
     return seconds
+
+
+def validate_options(paths, patterns, recursive=False, max_depth=None, min_age=None):
+    """Check a scan's inputs at once; return (normalised unique directories, min_age in seconds).
+
+    Raises ArtifactError with the sentence for the operator.  Shared by the
+    modules that scan for artifacts (remove_artifacts, drift_info).
+    """
+    if not paths:
+        raise ArtifactError('"paths" is empty; list the directories to clean, such as /tmp.')
+    if not patterns:
+        raise ArtifactError('"patterns" is empty; list file name patterns such as embed_debug_tp*.pt.')
+    normal_paths = []
+    for path in paths:
+        normal = validate_directory(path)
+        if normal not in normal_paths:
+            normal_paths.append(normal)
+    for pattern in patterns:
+        validate_pattern(pattern)
+    if max_depth is not None:
+        if not recursive:
+            raise ArtifactError('max_depth only applies with recursive: true.')
+        if max_depth < 0:
+            raise ArtifactError('max_depth must be 0 or more.')
+    return normal_paths, parse_age(min_age)
 
 
 def human_bytes(count):

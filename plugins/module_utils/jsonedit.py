@@ -361,6 +361,25 @@ def _stat_key(st):
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def directory_entries(path, files=None):
+    """(file path, key paths, required) for each file of a model directory.
+
+    ``files``: list of ``{'name', 'absent', 'required'}`` dicts (None:
+    DEFAULT_FILES).  Raises JSONEditError for a name that is absolute or
+    contains "..", and for an empty key list.
+    """
+    entries = []
+    for spec in DEFAULT_FILES if files is None else files:
+        name = spec['name']
+        parts = name.replace('\\', '/').split('/')
+        if os.path.isabs(name) or '..' in parts or not name.strip():
+            raise JSONEditError('file name %r must be relative to %s and must not contain "..".' % (name, path))
+        if not spec['absent']:
+            raise JSONEditError('file %r has an empty "absent" list; name at least one key path.' % name)
+        entries.append((os.path.join(path, name), spec['absent'], spec.get('required', False)))
+    return entries
+
+
 def plan_file(path, key_paths, required=False, symlinks='refuse', display=None):
     """Read one JSON file and work out the edit, writing nothing.
 

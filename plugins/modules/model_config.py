@@ -237,9 +237,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
-    DEFAULT_FILES,
     JSONEditError,
     diff_of,
+    directory_entries,
     plan_file,
     public_result,
     write_plan,
@@ -257,16 +257,10 @@ def _entries(module):
         if absent is not None:
             module.fail_json(msg='%s is a directory: list the files and their keys in "files", or give the path '
                                  'of one JSON file together with "absent".' % path)
-        entries = []
-        for spec in files if files is not None else DEFAULT_FILES:
-            name = spec['name']
-            parts = name.replace('\\', '/').split('/')
-            if os.path.isabs(name) or '..' in parts or not name.strip():
-                module.fail_json(msg='file name %r must be relative to %s and must not contain "..".' % (name, path))
-            if not spec['absent']:
-                module.fail_json(msg='file %r has an empty "absent" list; name at least one key path.' % name)
-            entries.append((os.path.join(path, name), spec['absent'], spec['required']))
-        return entries
+        try:
+            return directory_entries(path, files)
+        except JSONEditError as exc:
+            module.fail_json(msg=exc.msg)
     if files is not None:
         module.fail_json(msg='%s is a file: give its keys in "absent" ("files" is for a model directory).' % path)
     if not absent:

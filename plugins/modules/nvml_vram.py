@@ -27,51 +27,6 @@ description:
     includes the reserved memory). RV(gpus[].memory_source) says which.
   - Read-only; RV(changed) is always V(false).
 options:
-  expect:
-    description:
-      - What the GPUs must look like. Every key is optional; an empty or absent O(expect) only gathers the facts.
-      - The per-GPU keys apply to every GPU, or to the GPUs listed in O(expect.gpus).
-    type: dict
-    suboptions:
-      count:
-        description:
-          - The number of GPUs NVML must report, for example V(8).
-        type: int
-      name:
-        description:
-          - A Python regular expression that every GPU's name must match (searched, not anchored), for example
-            V(RTX PRO 6000).
-        type: str
-      compute_capability:
-        description:
-          - The CUDA compute capability every GPU must have, as a quoted string C(MAJOR.MINOR), for example V("12.0")
-            for RTX PRO 6000 Blackwell (SM120) or V("9.0") for H100/H200.
-          - V("12.x") (or V("12")) accepts any minor version of major 12.
-          - Anything else (V(twelve)) is refused before NVML is touched.
-        type: str
-      min_total_mib:
-        description:
-          - Every GPU must have at least this much memory in total, in MiB.
-        type: int
-      min_used_mib:
-        description:
-          - Every GPU must have at least this much memory in use, in MiB, for example V(90000) once the model is loaded.
-        type: int
-      max_used_mib:
-        description:
-          - Every GPU must have at most this much memory in use, in MiB, for example V(1024) after the service stopped.
-        type: int
-      gpus:
-        description:
-          - The GPUs the per-GPU keys apply to, as indices (V(0), V(1), ...) or UUIDs (V(GPU-...)). Default is every GPU.
-          - A listed GPU that the host does not have is a mismatch.
-          - O(expect.count) still counts every GPU of the host.
-        type: list
-        elements: raw
-      no_processes:
-        description:
-          - If V(true), no compute process may hold any (selected) GPU. V(false) or unset does not check processes.
-        type: bool
   timeout:
     description:
       - Seconds to keep checking until O(expect) holds. V(0) checks once.
@@ -102,6 +57,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpufleet.vllm.nvml_expect
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -377,6 +333,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     collect,
+    expect_argument_spec,
     expectation_given,
     failure_message,
     gpu_facts,
@@ -387,19 +344,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            expect=dict(
-                type="dict",
-                options=dict(
-                    count=dict(type="int"),
-                    name=dict(type="str"),
-                    compute_capability=dict(type="str"),
-                    min_total_mib=dict(type="int"),
-                    min_used_mib=dict(type="int"),
-                    max_used_mib=dict(type="int"),
-                    gpus=dict(type="list", elements="raw"),
-                    no_processes=dict(type="bool"),
-                ),
-            ),
+            expect=expect_argument_spec(),
             timeout=dict(type="int", default=0),
             interval=dict(type="float", default=2.0),
             fail_when_unavailable=dict(type="bool", default=True),

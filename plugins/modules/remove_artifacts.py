@@ -216,11 +216,9 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     ArtifactError,
     find_holders,
     human_bytes,
-    parse_age,
     remove,
     scan,
-    validate_directory,
-    validate_pattern,
+    validate_options,
 )
 
 
@@ -244,23 +242,8 @@ def main():
     params = module.params
 
     try:
-        if not params['paths']:
-            raise ArtifactError('"paths" is empty; list the directories to clean, such as /tmp.')
-        if not params['patterns']:
-            raise ArtifactError('"patterns" is empty; list file name patterns such as embed_debug_tp*.pt.')
-        paths = []
-        for path in params['paths']:
-            normal = validate_directory(path)
-            if normal not in paths:
-                paths.append(normal)
-        for pattern in params['patterns']:
-            validate_pattern(pattern)
-        if params['max_depth'] is not None:
-            if not params['recursive']:
-                raise ArtifactError('max_depth only applies with recursive: true.')
-            if params['max_depth'] < 0:
-                raise ArtifactError('max_depth must be 0 or more.')
-        min_age = parse_age(params['min_age'])
+        paths, min_age = validate_options(params['paths'], params['patterns'], recursive=params['recursive'],
+                                          max_depth=params['max_depth'], min_age=params['min_age'])
     except ArtifactError as exc:
         module.fail_json(msg=str(exc))
 
