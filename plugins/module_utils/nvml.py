@@ -18,8 +18,11 @@ Public API (used by the ``nvml_vram`` module and by roles through it):
   ``mismatches``, ``expectation_met``, ``waited``, ...).  Never raises for
   NVML faults: they come back as ``nvml_available: false`` plus
   ``nvml_error`` (``name``, ``text``, ``gpu_index``, ``message``).
+* :func:`load_pynvml` -- pynvml from this interpreter or from another venv's
+  nvidia-ml-py (the audit runs with the host's own Python).
 * :class:`NvmlSession` and :func:`read_snapshot` -- the lower level: open
   NVML once, read a snapshot of the host as often as needed.
+* :func:`expect_argument_spec` -- the ``expect`` option's argument spec.
 * :func:`validate_expect` -- the problems of an expectation dict, as
   sentences (empty list when it is valid).
 * :func:`check_expectations` -- mismatch lines (one per GPU) of a snapshot.
@@ -37,6 +40,8 @@ returned as ``memory_reserved_mib``), else v1 (``used`` includes it,
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import importlib.util
+import os
 import re
 import sys
 import time
@@ -55,6 +60,24 @@ EXPECT_KEYS = (
     "gpus",
     "no_processes",
 )
+
+
+def expect_argument_spec():
+    """The ``expect`` option of the modules that read NVML (doc fragment gpufleet.vllm.nvml_expect)."""
+    return dict(
+        type="dict",
+        options=dict(
+            count=dict(type="int"),
+            name=dict(type="str"),
+            compute_capability=dict(type="str"),
+            min_total_mib=dict(type="int"),
+            min_used_mib=dict(type="int"),
+            max_used_mib=dict(type="int"),
+            gpus=dict(type="list", elements="raw"),
+            no_processes=dict(type="bool"),
+        ),
+    )
+
 
 _CC_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}|x|X|\*))?$")
 
@@ -124,6 +147,50 @@ def import_pynvml():
     except ImportError as exc:
         raise NvmlUnavailable(PYNVML_MISSING, "cannot import pynvml (%s)" % exc)
     return pynvml
+
+
+def load_pynvml(venvs=()):
+    """pynvml from this interpreter, else the ``pynvml.py`` of nvidia-ml-py in one of ``venvs``.
+
+    Returns (module, where): ``where`` is None for this interpreter's own
+    pynvml, else the file loaded.  Only that one file is executed (it is the
+    whole of nvidia-ml-py, pure Python over ctypes): the venv's
+    site-packages is not added to ``sys.path`` and its ``.pth`` files are
+    not run.  Raises NvmlUnavailable (PYNVML_NOT_INSTALLED) naming every
+    place looked at when none has it.
+    """
+    try:
+        return import_pynvml(), None
+    except NvmlUnavailable as exc:
+        first = exc
+    looked = []
+    for venv in venvs or ():
+        for lib in ("lib", "lib64"):
+            base = os.path.join(venv, lib)
+            try:
+                names = sorted(os.listdir(base))
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(base, name, "site-packages", "pynvml.py")
+                if not name.startswith("python") or path in looked:
+                    continue
+                looked.append(path)
+                if not os.path.isfile(path):
+                    continue
+                spec = importlib.util.spec_from_file_location("pynvml", path)
+                module = importlib.util.module_from_spec(spec)
+                # as the import system does: the module looks itself up in sys.modules while it loads
+                sys.modules["pynvml"] = module
+                try:
+                    spec.loader.exec_module(module)
+                except Exception as exc:  # pylint: disable=broad-except
+                    del sys.modules["pynvml"]
+                    raise NvmlUnavailable(PYNVML_MISSING, "%s could not be loaded (%s: %s)" % (
+                        path, type(exc).__name__, exc))
+                return module, path
+    where = (", and none of %s has nvidia-ml-py's pynvml.py" % ", ".join(venvs)) if venvs else ""
+    raise NvmlUnavailable(PYNVML_MISSING, "%s%s" % (first.text, where))
 
 
 def error_name(pynvml, exc):
@@ -576,6 +643,13 @@ def _empty_result():
         "waited": 0.0,
         "attempts": 0,
     }
+
+
+def unavailable_result(exc):
+    """The result of :func:`collect` for an NvmlUnavailable raised before NVML could be opened."""
+    result = _empty_result()
+    result["nvml_error"] = exc.to_dict()
+    return result
 
 
 def collect(expect=None, timeout=0, interval=2.0, pynvml=None, clock=time.monotonic, sleep=time.sleep):

@@ -1,0 +1,273 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""One host's drift row, read in one pass (the ``drift_info`` module).
+
+The audit playbook asks every host the same questions: which environment
+does the service run, is its vLLM pristine against RECORD, which build is it,
+are the SM120 KV-cache keys still in the model configs, are debug dumps
+lying around, is the unit active, what do the GPUs say.  Asked as one task
+each, that is ten module runs per host; :func:`gather` answers them all from
+one, with the same code the modules that fix each thing use
+(``integrity.verify``, ``jsonedit.plan_file``, ``artifacts.scan``,
+``nvml.collect``), so the audit and the rollout can never disagree about
+what counts as drift.
+
+Nothing here writes: the JSON edits are only planned, the artifacts only
+scanned, NVML only read.
+
+Public API: :func:`resolve_environment`, :func:`read_unit`,
+:func:`check_configs`, :func:`scan_dumps`, :func:`read_gpus`,
+:func:`judge`, :func:`gather`.  ``DRIFT_CLASSES`` lists the drift names in
+the order rows give them.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import human_bytes, scan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError, locate_environment, verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
+    JSONEditError,
+    directory_entries,
+    plan_file,
+    public_result,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
+    NvmlUnavailable,
+    collect,
+    expectation_given,
+    load_pynvml,
+    unavailable_result,
+)
+
+DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
+UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
+CONFIG_POLICIES = ("auto", "strip", "keep")
+INTEGRITY_TEXT_MAX = 160
+LIST_MAX = 20
+
+
+def _clip(text, limit=INTEGRITY_TEXT_MAX):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def resolve_environment(link=None, venv=None):
+    """The environment the service runs: (path, problem).
+
+    ``link`` (the reinstall role's current link) wins when it is a symbolic
+    link; its target is returned with every link resolved, as the roles see
+    it.  While it does not exist, ``venv`` (the adopted environment) is the
+    answer.  A real file or directory at ``link`` is a problem: the roles
+    refuse to switch it, and the audit says why instead of guessing.
+    """
+    if link:
+        if os.path.islink(link):
+            return os.path.realpath(link), None
+        if os.path.lexists(link):
+            return "", ("%s exists but is not a symbolic link: the rollout cannot switch it (move that environment "
+                        "elsewhere and name it in reinstall_adopt_venv)" % link)
+    if venv:
+        return venv, None
+    if link:
+        return "", "no vLLM environment found: %s does not exist and no adopted venv is named" % link
+    return "", "no vLLM environment named"
+
+
+def check_integrity(env, dist_name="vllm", max_list=10, run_command=None):
+    """(verify() result, problem): the RECORD verdict of ``dist_name`` in ``env``."""
+    if not env:
+        return None, None
+    if not os.path.isdir(env):
+        return None, "the vLLM environment %s does not exist" % env
+    try:
+        environment = locate_environment(venv=env, run_command=run_command)
+        return verify(dist_name=dist_name, environment=environment, max_list=max_list), None
+    except IntegrityError as exc:
+        return None, str(exc)
+
+
+def integrity_text(result, problem=None):
+    """The integrity cell of a row: "pristine", or the verdict short enough for a table."""
+    if not result:
+        return _clip(problem or "no vLLM environment found")
+    if result.get("pristine"):
+        return "pristine"
+    if not result.get("verifiable"):
+        return _clip("cannot be verified: %s" % (result.get("reason") or "unknown reason"))
+    counts = result.get("counts") or {}
+    parts = ", ".join("%d %s" % (counts[c], c.replace("_", " ")) for c in INTEGRITY_CLASSES if counts.get(c))
+    first = ", ".join(o["path"] for o in (result.get("offenders") or [])[:3])
+    text = "not pristine: %s" % (parts or "drift")
+    if result.get("uv_cache_tainted"):
+        text += "; the edit is also in uv's cache"
+    if first:
+        text += " (first: %s)" % first
+    return _clip(text)
+
+
+def read_unit(run_command, systemctl, unit):
+    """The unit's state from ``systemctl show``: a dict with ``unit`` and the UNIT_PROPERTIES read."""
+    state = {"unit": unit}
+    if not unit:
+        return state
+    if not systemctl:
+        state["error"] = "systemctl was not found: this host does not look like a systemd host"
+        return state
+    rc, out, err = run_command([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit])
+    if rc != 0:
+        state["error"] = _clip("systemctl show %s failed (exit status %d): %s" % (unit, rc, (err or out).strip()))
+        return state
+    for line in out.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in UNIT_PROPERTIES:
+            state[key] = value
+    return state
+
+
+def check_configs(model_dirs, files=None, symlinks="copy"):
+    """Plan the SM120 edits of every model directory without writing.
+
+    Returns (keys present, per-file results, errors).  A missing directory,
+    a malformed file, a missing required file or a link that the policy
+    refuses to edit is an error (a sentence naming the file): the sm120_config
+    role would stop on it.
+    """
+    present = 0
+    results = []
+    errors = []
+    seen = []
+    for model_dir in model_dirs or ():
+        if model_dir in seen:
+            continue
+        seen.append(model_dir)
+        if not os.path.isdir(model_dir):
+            errors.append("%s is not a directory (the model directory is missing)" % model_dir)
+            continue
+        try:
+            plans = [plan_file(path, keys, required=required, symlinks=symlinks)
+                     for path, keys, required in directory_entries(model_dir, files)]
+        except JSONEditError as exc:
+            errors.append(exc.msg)
+            continue
+        for plan in plans:
+            public = public_result(plan)
+            present += len(public.get("removed") or [])
+            results.append(public)
+    return present, results, errors
+
+
+def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remove_link", min_age=None):
+    """What the debug_artifacts role would remove: count, bytes and the first files."""
+    candidates, skipped = scan(paths, patterns, recursive=recursive, max_depth=max_depth, symlinks=symlinks,
+                               min_age=min_age)
+    found = sorted(candidates, key=lambda c: c.path)
+    total = sum(c.size for c in found)
+    return {
+        "count": len(found),
+        "bytes": total,
+        "bytes_human": human_bytes(total),
+        "files": [c.path for c in found[:LIST_MAX]],
+        "skipped": skipped[:LIST_MAX],
+    }
+
+
+def read_gpus(expect=None, venvs=()):
+    """nvml.collect() with pynvml from this interpreter or one of ``venvs``; adds ``pynvml_from``."""
+    try:
+        pynvml, where = load_pynvml(venvs)
+    except NvmlUnavailable as exc:
+        result = unavailable_result(exc)
+        result["pynvml_from"] = None
+        return result
+    result = collect(expect=expect, pynvml=pynvml)
+    result["pynvml_from"] = where
+    return result
+
+
+def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, expect,
+          expected_version=None):
+    """The drift classes of a host, in DRIFT_CLASSES order."""
+    drift = []
+    if not (integrity or {}).get("pristine"):
+        drift.append("integrity")
+    if expected_version and (integrity or {}).get("version") != expected_version:
+        drift.append("build")
+    if (strip and configs_present) or config_errors:
+        drift.append("config")
+    if dumps["count"]:
+        drift.append("dumps")
+    if unit.get("unit") and unit.get("ActiveState") != "active":
+        drift.append("unit")
+    if not gpus.get("nvml_available") or (expectation_given(expect or {}) and gpus.get("mismatches")):
+        drift.append("gpus")
+    return drift
+
+
+def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
+           model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
+           nvml_venvs=(), expected_version=None):
+    """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
+
+    ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
+    already validated).  ``config_policy``: ``auto`` (the keys are drift
+    where a GPU is SM120), ``strip`` (always drift), ``keep`` (never).
+    """
+    env, env_problem = resolve_environment(link, venv)
+    integrity, integrity_problem = check_integrity(env, dist_name, max_list, run_command)
+    integrity_problem = integrity_problem or env_problem
+    present, config_files, config_errors = check_configs(model_dirs, model_files, symlinks)
+    dump_scan = scan_dumps(**(dumps or {}))
+    unit_state = read_unit(run_command, systemctl, unit)
+    gpus = read_gpus(expect, [v for v in [env] + list(nvml_venvs or ()) if v])
+    summary = gpus.get("summary") or {}
+    if config_policy == "auto":
+        strip = bool(summary.get("sm120"))
+    else:
+        strip = config_policy == "strip"
+    drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
+                  expected_version)
+
+    nvml_error = (gpus.get("nvml_error") or {}).get("message") if not gpus.get("nvml_available") else None
+    row = {
+        "build": (integrity or {}).get("version") or "",
+        "environment": env,
+        "pristine": bool((integrity or {}).get("pristine")),
+        "integrity": integrity_text(integrity, integrity_problem),
+        "config_keys_present": present,
+        "config_policy": "strip" if strip else "keep",
+        "config_errors": config_errors,
+        "dumps": dump_scan["count"],
+        "dumps_bytes": dump_scan["bytes_human"],
+        "unit": unit or "",
+        "unit_state": unit_state.get("ActiveState") or "unknown",
+        "gpus": gpus.get("gpu_count") if gpus.get("nvml_available") else None,
+        "vram_used_mib": summary.get("memory_used_mib") if gpus.get("nvml_available") else None,
+        "gpu_problems": ([_clip(nvml_error, 600)] if nvml_error else []) + list(gpus.get("mismatches") or []),
+        "drift": drift,
+    }
+    integrity_detail = None
+    if integrity:
+        integrity_detail = dict((k, integrity.get(k)) for k in (
+            "distribution", "version", "pristine", "verifiable", "site_packages", "counts", "offenders",
+            "uv_cache_tainted", "msg"))
+    return {
+        "changed": False,
+        "row": row,
+        "drift": drift,
+        "environment": env,
+        "integrity": integrity_detail,
+        "configs": {"keys_present": present, "policy": row["config_policy"], "files": config_files,
+                    "errors": config_errors},
+        "dumps": dump_scan,
+        "unit": unit_state,
+        "gpus": dict((k, gpus.get(k)) for k in (
+            "nvml_available", "nvml_error", "driver_version", "cuda_driver_version", "gpu_count", "gpus",
+            "summary", "mismatches", "expectation_met", "pynvml_from")),
+    }

@@ -1,0 +1,464 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: drift_info
+short_description: Read one vLLM host's drift from its intended state, in one task, changing nothing
+version_added: 0.1.0
+description:
+  - Answers in one module run every question the C(gpufleet.vllm.audit) playbook asks a host. It returns one drift
+    row (RV(row)) and the details behind it.
+  - B(Environment.) The environment the service runs is the target of O(venv_link), the link that the C(reinstall)
+    role switches. While that link does not exist, it is O(venv), the venv the operators set up by hand.
+  - B(Integrity and build.) That environment's vLLM is checked against the sha256 hashes of its RECORD, with the
+    same code as M(gpufleet.vllm.package_integrity). The build is the installed version.
+  - B(SM120 model configs.) The edits that the C(sm120_config) role would make to the model directories are
+    planned, and the keys still present are counted. The plan uses the same code as M(gpufleet.vllm.model_config),
+    and nothing is written.
+  - B(Debug dumps.) The files that the C(debug_artifacts) role would remove are counted, with their bytes. The scan
+    uses the same code as M(gpufleet.vllm.remove_artifacts), and nothing is removed.
+  - B(Unit.) The unit's state is read from C(systemctl show).
+  - B(GPUs.) The GPUs are read through NVML, with the same code as M(gpufleet.vllm.nvml_vram). An optional
+    expectation (O(expect)) can be checked.
+  - Drift is judged on the host, so RV(row.drift) names its classes. V(integrity) means not pristine or no
+    environment. V(build) means not O(expected_version). V(config) means SM120 KV-cache keys present where they
+    must not be, or a model config that cannot be read. V(dumps) means debug dumps present. V(unit) means the unit is
+    not active. V(gpus) means NVML is not usable, or O(expect) is not met.
+  - Read-only. RV(changed) is always V(false), with or without check mode. Drift never fails the task; only
+    invalid options do.
+options:
+  venv_link:
+    description:
+      - The symbolic link that names the serving environment, for example V(/opt/vllm/current) (the C(reinstall)
+        role's C(reinstall_current_link)).
+      - A real directory at that path is reported as integrity drift, with the reason.
+      - At least one of O(venv_link) and O(venv) is required.
+    type: path
+  venv:
+    description:
+      - The environment the service runs while O(venv_link) does not exist, for example the venv the operators
+        built by hand (the C(reinstall) role's C(reinstall_adopt_venv)).
+    type: path
+  name:
+    description:
+      - The distribution to verify.
+    type: str
+    default: vllm
+  expected_version:
+    description:
+      - The build every host should serve, for example V(0.33.0). When it is given, any other installed version is
+        V(build) drift.
+    type: str
+  max_list:
+    description:
+      - The most offending files listed in RV(integrity.offenders). The counts are always complete.
+    type: int
+    default: 10
+  model_dirs:
+    description:
+      - The model directories whose configs must not carry the SM120 KV-cache keys (the C(sm120_config) role's
+        C(sm120_config_model_dirs)).
+    type: list
+    elements: path
+    default: []
+  model_files:
+    description:
+      - The files of each model directory and the key paths that must be absent, as in the O(gpufleet.vllm.model_config#module:files)
+        option of M(gpufleet.vllm.model_config).
+      - Left out, C(config.json) with C(**.kv_cache_scheme) and C(hf_quant_config.json) with
+        C(quantization.kv_cache_quant_algo), both optional.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description:
+          - File name relative to the model directory, for example C(config.json).
+        type: str
+        required: true
+      absent:
+        description:
+          - Key paths that must be absent from this file (dotted, with C(*) and C(**) wildcards).
+        type: list
+        elements: str
+        required: true
+      required:
+        description:
+          - If V(true), a missing file is V(config) drift.
+        type: bool
+        default: false
+  model_symlinks:
+    description:
+      - How the C(sm120_config) role edits a config that is a symbolic link (the Hugging Face cache layout). This is
+        the O(gpufleet.vllm.model_config#module:symlinks) option of M(gpufleet.vllm.model_config).
+      - With V(refuse), a link that would need an edit is V(config) drift, because the role would stop on it.
+    type: str
+    choices: [refuse, copy, follow]
+    default: copy
+  config_policy:
+    description:
+      - When the SM120 KV-cache keys count as drift.
+      - V(auto) means where a GPU has compute capability 12.x, as the C(sm120_config) role decides by default.
+      - V(strip) means always, as with C(sm120_config_force). V(keep) means never, as with
+        C(sm120_config_strip_kv_cache_keys=false).
+      - The keys present are counted in every case.
+    type: str
+    choices: [auto, strip, keep]
+    default: auto
+  artifact_paths:
+    description:
+      - The directories to scan for debug dumps (absolute, not V(/), not through a link).
+    type: list
+    elements: path
+    default: [/tmp]
+  artifact_patterns:
+    description:
+      - File name patterns of the debug dumps.
+    type: list
+    elements: str
+    default: [nomla_debug_tp*.pt, embed_debug_tp*.pt, mla_debug_layer*_tp*.pt]
+  artifact_recursive:
+    description:
+      - Whether to scan the subdirectories of O(artifact_paths) too.
+    type: bool
+    default: false
+  artifact_max_depth:
+    description:
+      - How deep to scan with O(artifact_recursive=true); V(0) means only the directories themselves.
+    type: int
+  artifact_symlinks:
+    description:
+      - V(remove_link) counts a link that matches a pattern (as the role would remove it). V(skip) leaves links out.
+    type: str
+    choices: [remove_link, skip]
+    default: remove_link
+  artifact_min_age:
+    description:
+      - Only count dumps older than this, for example V(10m) or V(2h).
+    type: str
+  unit:
+    description:
+      - The systemd unit of the vLLM server, for example V(vllm-kimi-k25.service). If it is not active, that is
+        V(unit) drift.
+      - Left out, the unit is neither read nor judged.
+    type: str
+  nvml_venvs:
+    description:
+      - Other venvs whose nvidia-ml-py (C(pynvml.py)) may be used when the interpreter running the module cannot
+        import C(pynvml). An example is the C(host_tools) role's venv. The serving environment is always tried first.
+      - Only that one file is loaded. The venv's C(site-packages) is not added to the import path, and its C(.pth)
+        files are not run. A dirty environment's startup hooks therefore never run in the audit.
+    type: list
+    elements: path
+    default: []
+extends_documentation_fragment:
+  - gpufleet.vllm.nvml_expect
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module never changes anything, so check mode runs it as it is.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - The integrity check reads and hashes every file of the distribution, so it takes a second or two for a vLLM
+    wheel. This is the whole cost of the module.
+  - O(expect) is checked once, with no waiting.
+requirements:
+  - Python 3.10 or newer on the managed host.
+  - C(systemctl) for O(unit).
+  - nvidia-ml-py (module C(pynvml)) in the interpreter, the serving environment or one of O(nvml_venvs), for the
+    GPUs. Without it the row says V(gpus) drift, and O(config_policy=auto) treats the keys as allowed.
+seealso:
+  - module: gpufleet.vllm.package_integrity
+  - module: gpufleet.vllm.model_config
+  - module: gpufleet.vllm.remove_artifacts
+  - module: gpufleet.vllm.nvml_vram
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: One host's drift row, as the audit playbook reads it
+  gpufleet.vllm.drift_info:
+    venv_link: /opt/vllm/current
+    venv: /root/ml-env
+    expected_version: 0.33.0
+    model_dirs: [/models/Kimi-K2.5]
+    unit: vllm-kimi-k25.service
+    nvml_venvs: [/opt/gpufleet/tools]
+    expect:
+      count: 8
+      compute_capability: "12.0"
+  register: drift
+
+- name: Fail this host when it drifted
+  ansible.builtin.assert:
+    that: drift.row.drift | length == 0
+    fail_msg: "{{ inventory_hostname }} drifted: {{ drift.row.drift | join(', ') }} ({{ drift.row.integrity }})"
+
+- name: Only the dumps somewhere else, recursively
+  gpufleet.vllm.drift_info:
+    venv: /opt/vllm/current
+    artifact_paths: [/scratch/debug]
+    artifact_recursive: true
+    artifact_max_depth: 2
+"""
+
+RETURN = r"""
+changed:
+  description: Always V(false).
+  returned: always
+  type: bool
+row:
+  description: The host's row of the fleet's drift table.
+  returned: always
+  type: dict
+  contains:
+    drift:
+      description: The drift classes, in the order V(integrity), V(build), V(config), V(dumps), V(unit), V(gpus).
+      type: list
+      elements: str
+      sample: [integrity, config, dumps]
+    build:
+      description: The installed version of O(name), or an empty string when it could not be read.
+      type: str
+      sample: 0.33.0
+    environment:
+      description: The serving environment (links resolved), or an empty string.
+      type: str
+      sample: /opt/vllm/envs/vllm-0.33.0-20261202T101500Z
+    pristine:
+      description: Whether every file matches its RECORD hash.
+      type: bool
+    integrity:
+      description:
+        - V(pristine), or the verdict short enough for a table (at most 160 characters). It gives the counts of each
+          kind of drift and the first files, or why no verdict was possible. RV(integrity.msg) has the whole sentence.
+      type: str
+      sample: "not pristine: 2 size differs; the edit is also in uv's cache (first: vllm/model_executor/models/deepseek_v2.py)"
+    config_keys_present:
+      description: The SM120 KV-cache keys present in the model configs.
+      type: int
+      sample: 2
+    config_policy:
+      description: V(strip) when those keys are drift here, V(keep) when they are allowed.
+      type: str
+    config_errors:
+      description: Model configs that cannot be planned (missing directory, malformed JSON, a refused link).
+      type: list
+      elements: str
+    dumps:
+      description: The number of debug dumps present.
+      type: int
+      sample: 35
+    dumps_bytes:
+      description: Their size, in decimal units.
+      type: str
+      sample: 65.3 MB
+    unit:
+      description: O(unit), or an empty string.
+      type: str
+    unit_state:
+      description: The unit's C(ActiveState) (V(active), V(inactive), V(failed), ...), or V(unknown).
+      type: str
+    gpus:
+      description: The GPU count NVML reports; V(null) when NVML is not usable.
+      type: int
+      sample: 8
+    vram_used_mib:
+      description: The memory in use over all GPUs, in MiB; V(null) when NVML is not usable.
+      type: int
+    gpu_problems:
+      description: The NVML error, or one line per GPU that does not meet O(expect).
+      type: list
+      elements: str
+drift:
+  description: The same list as RV(row.drift).
+  returned: always
+  type: list
+  elements: str
+environment:
+  description: The serving environment, or an empty string.
+  returned: always
+  type: str
+integrity:
+  description:
+    - The verdict of M(gpufleet.vllm.package_integrity), cut down to its main fields.
+    - V(null) when there is no environment to check (RV(row.integrity) says why).
+  returned: always
+  type: dict
+  contains:
+    distribution:
+      description: O(name).
+      type: str
+    version:
+      description: The installed version.
+      type: str
+      sample: 0.33.0
+    pristine:
+      description: Whether every file matches its RECORD hash.
+      type: bool
+    verifiable:
+      description: Whether a verdict was possible (an editable install, for example, has no hashes to check).
+      type: bool
+    site_packages:
+      description: The site-packages directory checked.
+      type: str
+    counts:
+      description: Files per class (V(ok), V(modified), V(size_differs), V(missing), V(unowned), ...).
+      type: dict
+    offenders:
+      description: The first O(max_list) files that drifted, each with C(path) and C(class).
+      type: list
+      elements: dict
+    uv_cache_tainted:
+      description: Whether an edited file is hard-linked into uv's cache, so a plain reinstall could put it back.
+      type: bool
+    msg:
+      description: The verdict in one sentence, with what to do about a tainted uv cache.
+      type: str
+configs:
+  description: The planned model config edits.
+  returned: always
+  type: dict
+  contains:
+    keys_present:
+      description: As RV(row.config_keys_present).
+      type: int
+    policy:
+      description: As RV(row.config_policy).
+      type: str
+    files:
+      description: One entry per file, as RV(gpufleet.vllm.model_config#module:files) of M(gpufleet.vllm.model_config) in check mode.
+      type: list
+      elements: dict
+    errors:
+      description: As RV(row.config_errors).
+      type: list
+      elements: str
+dumps:
+  description: The debug dumps found.
+  returned: always
+  type: dict
+  contains:
+    count:
+      description: How many.
+      type: int
+    bytes:
+      description: Their size in bytes.
+      type: int
+    bytes_human:
+      description: The same in decimal units.
+      type: str
+    files:
+      description: The first 20, sorted.
+      type: list
+      elements: str
+    skipped:
+      description: Entries left out of the scan, with the reason (at most 20).
+      type: list
+      elements: dict
+unit:
+  description: The unit's C(LoadState), C(ActiveState), C(SubState), C(MainPID) and C(FragmentPath), plus C(unit), and
+    C(error) when it could not be read. Only C(unit) when O(unit) is left out.
+  returned: always
+  type: dict
+  sample: {unit: vllm-kimi-k25.service, LoadState: loaded, ActiveState: active, SubState: running, MainPID: "412"}
+gpus:
+  description:
+    - What NVML says, as M(gpufleet.vllm.nvml_vram) returns it. The fields are C(nvml_available), C(nvml_error),
+      C(driver_version), C(cuda_driver_version), C(gpu_count), C(gpus), C(summary), C(mismatches) and
+      C(expectation_met).
+    - C(pynvml_from) is the C(pynvml.py) that was loaded from another venv, or V(null) for the interpreter's own.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
+    DEFAULT_PATHS,
+    DEFAULT_PATTERNS,
+    ArtifactError,
+    validate_options,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import CONFIG_POLICIES, gather
+from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
+from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            venv_link=dict(type="path"),
+            venv=dict(type="path"),
+            name=dict(type="str", default="vllm"),
+            expected_version=dict(type="str"),
+            max_list=dict(type="int", default=10),
+            model_dirs=dict(type="list", elements="path", default=[]),
+            model_files=dict(type="list", elements="dict", options=dict(
+                name=dict(type="str", required=True),
+                absent=dict(type="list", elements="str", required=True),
+                required=dict(type="bool", default=False),
+            )),
+            model_symlinks=dict(type="str", choices=["refuse", "copy", "follow"], default="copy"),
+            config_policy=dict(type="str", choices=list(CONFIG_POLICIES), default="auto"),
+            artifact_paths=dict(type="list", elements="path", default=list(DEFAULT_PATHS)),
+            artifact_patterns=dict(type="list", elements="str", default=list(DEFAULT_PATTERNS)),
+            artifact_recursive=dict(type="bool", default=False),
+            artifact_max_depth=dict(type="int"),
+            artifact_symlinks=dict(type="str", choices=["remove_link", "skip"], default="remove_link"),
+            artifact_min_age=dict(type="str"),
+            unit=dict(type="str"),
+            expect=expect_argument_spec(),
+            nvml_venvs=dict(type="list", elements="path", default=[]),
+        ),
+        required_one_of=[("venv_link", "venv")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    problems = []
+    if params["max_list"] < 1:
+        problems.append("max_list must be 1 or more (got %d)." % params["max_list"])
+    try:
+        paths, min_age = validate_options(params["artifact_paths"], params["artifact_patterns"],
+                                          recursive=params["artifact_recursive"],
+                                          max_depth=params["artifact_max_depth"], min_age=params["artifact_min_age"])
+    except ArtifactError as exc:
+        problems.append("artifact options: %s" % exc)
+        paths, min_age = [], None
+    if params["model_files"] is not None:
+        try:
+            directory_entries("<model directory>", params["model_files"])
+        except JSONEditError as exc:
+            problems.append("model_files: %s" % exc.msg)
+    problems.extend("expect: %s" % p for p in validate_expect(params["expect"] or {}))
+    if problems:
+        module.fail_json(msg="Invalid options for gpufleet.vllm.drift_info: " + " ".join(
+            p if p.endswith(".") else p + "." for p in problems), changed=False)
+
+    def run(argv):
+        return module.run_command(argv, check_rc=False)
+
+    result = gather(
+        run, module.get_bin_path("systemctl") if params["unit"] else None,
+        link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
+        model_dirs=params["model_dirs"], model_files=params["model_files"], symlinks=params["model_symlinks"],
+        config_policy=params["config_policy"],
+        dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
+                   max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age),
+        unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
+        expected_version=params["expected_version"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
