@@ -67,6 +67,8 @@ def audit_line(row):
     if int(row.get("dumps") or 0):
         parts.append("%s debug dumps (%s)" % (row["dumps"], row.get("dumps_bytes", "?")))
     parts.append("%s %s" % (row.get("unit", "unit"), row.get("unit_state", "unknown")))
+    for problem in (row.get("config_errors") or [])[:1] + (row.get("gpu_problems") or [])[:1]:
+        parts.append(problem if len(problem) <= 120 else problem[:117] + "...")
     return "%s: %s" % (row.get("host", "?"), ", ".join(parts))
 
 

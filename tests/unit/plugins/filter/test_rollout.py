@@ -49,3 +49,15 @@ def test_audit_line_names_every_drift_class():
         "2 SM120 KV-cache keys present, 35 debug dumps (65.3 MB), vllm-kimi-k25.service active")
     clean = dict(row, drift=[], integrity="pristine", config_keys_present=0, dumps=0)
     assert audit_line(clean) == "gpu-a01: no drift, vllm 0.33.0, pristine, vllm-kimi-k25.service active"
+
+
+def test_audit_line_says_the_first_config_and_gpu_problem():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    row = {"host": "gpu-a02", "drift": ["config", "gpus"], "build": "0.33.0", "integrity": "pristine",
+           "unit": "vllm-kimi-k25.service", "unit_state": "active",
+           "config_errors": ["/models/k/config.json: invalid JSON at line 3, column 1", "second"],
+           "gpu_problems": ["GPU 5: compute capability 9.0, expected 12.0 " + "x" * 200]}
+    line = audit_line(row)
+    assert line.startswith("gpu-a02: DRIFT: config, gpus, vllm 0.33.0, pristine, vllm-kimi-k25.service active, "
+                           "/models/k/config.json: invalid JSON at line 3, column 1, GPU 5: compute capability 9.0")
+    assert "second" not in line and line.endswith("...")
