@@ -57,6 +57,8 @@ def audit_line(row):
     """One line of the audit's drift table for one host (see audit_line.yml)."""
     if not isinstance(row, dict):
         raise AnsibleFilterError("audit_line expects a drift row (a dict), got %s" % type(row).__name__)
+    if "drift" not in row and "reason" in row:
+        return "%s: not audited: %s" % (row.get("host", "?"), row["reason"])
     drift = row.get("drift") or []
     parts = ["DRIFT: " + ", ".join(drift) if drift else "no drift"]
     if row.get("build"):

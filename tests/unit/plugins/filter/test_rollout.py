@@ -61,3 +61,9 @@ def test_audit_line_says_the_first_config_and_gpu_problem():
     assert line.startswith("gpu-a02: DRIFT: config, gpus, vllm 0.33.0, pristine, vllm-kimi-k25.service active, "
                            "/models/k/config.json: invalid JSON at line 3, column 1, GPU 5: compute capability 9.0")
     assert "second" not in line and line.endswith("...")
+
+
+def test_audit_line_of_a_host_that_was_not_audited():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    assert audit_line({"host": "gpu-a03", "reason": "Failed to connect to the host via ssh"}) == (
+        "gpu-a03: not audited: Failed to connect to the host via ssh")

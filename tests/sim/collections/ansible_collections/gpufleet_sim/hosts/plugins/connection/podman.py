@@ -78,7 +78,7 @@ import shlex
 import shutil
 import subprocess
 
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.connection import ConnectionBase, ensure_connect
 
@@ -112,7 +112,9 @@ class Connection(PodmanConnection):
         except ValueError:
             self._nsenter = None
         if self._nsenter and self._nsenter[1] <= 0:
-            self._nsenter = None
+            # as SSH to a powered-off host: unreachable, not a module that printed nothing
+            raise AnsibleConnectionFailure("container %s is not running (podman start %s)" % (
+                self._container_id, self._container_id))
 
     @ensure_connect
     def exec_command(self, cmd, in_data=None, sudoable=False):
