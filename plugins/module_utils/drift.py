@@ -31,7 +31,12 @@ import os
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import human_bytes, scan
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError, locate_environment, verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
+    IntegrityError,
+    locate_environment,
+    venv_site_dirs,
+    verify,
+)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     JSONEditError,
     directory_entries,
@@ -39,6 +44,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     public_result,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
+    PYNVML_MISSING,
     NvmlUnavailable,
     collect,
     expectation_given,
@@ -181,8 +187,11 @@ def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remov
 def read_gpus(expect=None, venvs=()):
     """nvml.collect() with pynvml from this interpreter or one of ``venvs``; adds ``pynvml_from``."""
     try:
-        pynvml, where = load_pynvml(venvs)
+        pynvml, where = load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
     except NvmlUnavailable as exc:
+        if venvs and exc.name == PYNVML_MISSING and exc.text.startswith("cannot import"):
+            exc = NvmlUnavailable(PYNVML_MISSING, "%s, and none of %s has nvidia-ml-py's pynvml.py" % (
+                exc.text, ", ".join(venvs)))
         result = unavailable_result(exc)
         result["pynvml_from"] = None
         return result

@@ -201,7 +201,8 @@ def parse_probe(python, rc, out, err):
                        "python:%s" % python, data.get("version"))
 
 
-def _venv_site_dirs(venv):
+def venv_site_dirs(venv):
+    """The site-packages directories of a venv (lib and lib64, each pythonX.Y), links counted once."""
     found = []
     for lib in ("lib", "lib64"):
         base = os.path.join(venv, lib)
@@ -256,7 +257,7 @@ def locate_environment(python=None, venv=None, site_packages=None, run_command=N
     if venv:
         if not os.path.isdir(venv):
             raise IntegrityError("The virtual environment %s does not exist or is not a directory." % venv)
-        dirs = _venv_site_dirs(venv)
+        dirs = venv_site_dirs(venv)
         if not dirs:
             raise IntegrityError(
                 "No lib/python*/site-packages directory was found in the virtual environment %s. "

@@ -18,8 +18,9 @@ Public API (used by the ``nvml_vram`` module and by roles through it):
   ``mismatches``, ``expectation_met``, ``waited``, ...).  Never raises for
   NVML faults: they come back as ``nvml_available: false`` plus
   ``nvml_error`` (``name``, ``text``, ``gpu_index``, ``message``).
-* :func:`load_pynvml` -- pynvml from this interpreter or from another venv's
-  nvidia-ml-py (the audit runs with the host's own Python).
+* :func:`load_pynvml` -- pynvml from this interpreter or from the
+  nvidia-ml-py of another venv's site-packages (the audit runs with the
+  host's own Python).
 * :class:`NvmlSession` and :func:`read_snapshot` -- the lower level: open
   NVML once, read a snapshot of the host as often as needed.
 * :func:`expect_argument_spec` -- the ``expect`` option's argument spec.
@@ -149,48 +150,35 @@ def import_pynvml():
     return pynvml
 
 
-def load_pynvml(venvs=()):
-    """pynvml from this interpreter, else the ``pynvml.py`` of nvidia-ml-py in one of ``venvs``.
+def load_pynvml(site_dirs=()):
+    """pynvml from this interpreter, else the ``pynvml.py`` of nvidia-ml-py in one of ``site_dirs``.
 
     Returns (module, where): ``where`` is None for this interpreter's own
     pynvml, else the file loaded.  Only that one file is executed (it is the
-    whole of nvidia-ml-py, pure Python over ctypes): the venv's
-    site-packages is not added to ``sys.path`` and its ``.pth`` files are
-    not run.  Raises NvmlUnavailable (PYNVML_NOT_INSTALLED) naming every
-    place looked at when none has it.
+    whole of nvidia-ml-py, pure Python over ctypes): the directory is not
+    added to ``sys.path`` and its ``.pth`` files are not run.  Raises
+    the import's NvmlUnavailable (PYNVML_NOT_INSTALLED) when none has it.
     """
     try:
         return import_pynvml(), None
     except NvmlUnavailable as exc:
         first = exc
-    looked = []
-    for venv in venvs or ():
-        for lib in ("lib", "lib64"):
-            base = os.path.join(venv, lib)
-            try:
-                names = sorted(os.listdir(base))
-            except OSError:
-                continue
-            for name in names:
-                path = os.path.join(base, name, "site-packages", "pynvml.py")
-                if not name.startswith("python") or path in looked:
-                    continue
-                looked.append(path)
-                if not os.path.isfile(path):
-                    continue
-                spec = importlib.util.spec_from_file_location("pynvml", path)
-                module = importlib.util.module_from_spec(spec)
-                # as the import system does: the module looks itself up in sys.modules while it loads
-                sys.modules["pynvml"] = module
-                try:
-                    spec.loader.exec_module(module)
-                except Exception as exc:  # pylint: disable=broad-except
-                    del sys.modules["pynvml"]
-                    raise NvmlUnavailable(PYNVML_MISSING, "%s could not be loaded (%s: %s)" % (
-                        path, type(exc).__name__, exc))
-                return module, path
-    where = (", and none of %s has nvidia-ml-py's pynvml.py" % ", ".join(venvs)) if venvs else ""
-    raise NvmlUnavailable(PYNVML_MISSING, "%s%s" % (first.text, where))
+    for site in site_dirs or ():
+        path = os.path.join(site, "pynvml.py")
+        if not os.path.isfile(path):
+            continue
+        spec = importlib.util.spec_from_file_location("pynvml", path)
+        module = importlib.util.module_from_spec(spec)
+        # as the import system does: the module looks itself up in sys.modules while it loads
+        sys.modules["pynvml"] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:  # pylint: disable=broad-except
+            del sys.modules["pynvml"]
+            raise NvmlUnavailable(PYNVML_MISSING, "%s could not be loaded (%s: %s)" % (
+                path, type(exc).__name__, exc))
+        return module, path
+    raise first
 
 
 def error_name(pynvml, exc):

@@ -297,6 +297,9 @@ def test_no_pynvml_anywhere_is_gpu_drift_that_says_what_to_install(host, tmp_pat
     assert rc == 0
     assert "gpus" in res["row"]["drift"] and res["row"]["gpus"] is None
     assert "install nvidia-ml-py" in res["row"]["gpu_problems"][0]
+    # the serving environment first, then nvml_venvs
+    assert res["gpus"]["nvml_error"]["text"].endswith(", and none of %s, %s has nvidia-ml-py's pynvml.py" % (
+        os.path.realpath(host.env), tmp_path / "nothing"))
     # without the GPUs, auto cannot say SM120: the keys are counted, not judged
     assert res["row"]["config_policy"] == "keep"
 
