@@ -6,7 +6,8 @@
 #   1. Debian packages (podman, runc, debootstrap, gcc, ...) when missing
 #   2. .venv with the pinned control-node packages (requirements/control.txt)
 #   3. the collection made visible to ansible as gpufleet.vllm
-#   4. the wheelhouse (the fleet's offline mirror)
+#   4. the wheelhouse (the fleet's offline mirror) and, from it, the bench
+#      environment (vLLM with its dependencies) the simulated hosts mount
 #   5. the fake NVML library and the simulated host image
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -59,12 +60,29 @@ if [[ ! -L "$LINK" ]]; then
   ln -sfn ../../../.. "$LINK"
 fi
 
-# --- 4. wheelhouse -----------------------------------------------------------
+# --- 4. wheelhouse, bench environment ---------------------------------------
 "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-hosts.txt"
-# vLLM with its dependencies (about 4.3 GB of wheels) for the real
-# `vllm bench serve` of the benchmark scenario: GPUFLEET_BENCH_WHEELS=1
-if [[ "${GPUFLEET_BENCH_WHEELS:-0}" == 1 ]]; then
-  "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-bench.txt"
+# vLLM with its dependencies (about 4.3 GB of wheels, 9 GB installed) for the
+# real `vllm bench serve` of the rollout's benchmark step and of the benchmark
+# scenario: one relocatable environment (`uv venv --relocatable`: its
+# scripts find their python next to themselves), made with the Debian
+# python3 the simulated hosts have too, mounted read-only into each host
+"$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-bench.txt"
+BENCH_HASH="$( { grep -Ev '^[[:space:]]*(#|$)' "$REPO_ROOT/requirements/wheelhouse-bench.txt"; echo relocatable-1; } \
+  | sha256sum | cut -c1-16)"
+if [[ ! -f "$GPUFLEET_BENCH_ENV/.installed-$BENCH_HASH" ]]; then
+  [[ -x /usr/bin/python3 ]] || die "no /usr/bin/python3 for the bench environment: apt-get install python3"
+  /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || die "/usr/bin/python3 is $(/usr/bin/python3 -V 2>&1); the bench environment needs the Python 3.11 of the Debian 12 hosts"
+  log "installing vLLM with its dependencies into $GPUFLEET_BENCH_ENV (from the wheelhouse, about a minute)"
+  rm -rf "$GPUFLEET_BENCH_ENV.partial"
+  uv venv -q --relocatable --python /usr/bin/python3 "$GPUFLEET_BENCH_ENV.partial" \
+    || die "uv could not create $GPUFLEET_BENCH_ENV.partial"
+  uv pip install -q --no-cache --offline --no-index --find-links "$GPUFLEET_WHEELHOUSE" --link-mode=copy \
+    --python "$GPUFLEET_BENCH_ENV.partial/bin/python" --requirement "$REPO_ROOT/requirements/wheelhouse-bench.txt" \
+    || die "could not install requirements/wheelhouse-bench.txt into $GPUFLEET_BENCH_ENV.partial from the wheelhouse"
+  touch "$GPUFLEET_BENCH_ENV.partial/.installed-$BENCH_HASH"
+  rm -rf "$GPUFLEET_BENCH_ENV" && mv "$GPUFLEET_BENCH_ENV.partial" "$GPUFLEET_BENCH_ENV"
 fi
 
 # --- 5. fake NVML library, simulated model directory, host image -------------

@@ -10,8 +10,12 @@ export REPO_ROOT
 # run in a fresh clone is fast too.
 GPUFLEET_CACHE="${GPUFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpufleet-vllm}"
 GPUFLEET_WHEELHOUSE="${GPUFLEET_WHEELHOUSE:-$GPUFLEET_CACHE/wheelhouse}"
+# vLLM with its dependencies, for the real `vllm bench serve`: one relocatable
+# environment, mounted read-only into every simulated host at
+# /opt/vllm/bench-env (a shared tools volume, as on a fleet's NFS)
+GPUFLEET_BENCH_ENV="${GPUFLEET_BENCH_ENV:-$GPUFLEET_CACHE/bench-env}"
 VENV="${GPUFLEET_VENV:-$REPO_ROOT/.venv}"
-export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE
+export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE GPUFLEET_BENCH_ENV
 
 # Podman on these machines needs runc, cgroupfs and ulimits no higher than
 # the current ones: the engine config ships with the tests; /etc stays as is.

@@ -6,7 +6,9 @@
 #   scripts/sim_fleet.sh reset    destroy and recreate them, dirty again
 #   scripts/sim_fleet.sh down     destroy them
 # Each host is a podman container with systemd as PID 1 made from the
-# locally built image, with the wheelhouse mounted read-only as its mirror.
+# locally built image, with the wheelhouse mounted read-only as its mirror
+# and the bench environment (vLLM with its dependencies, for the rollout's
+# `vllm bench serve`) read-only at /opt/vllm/bench-env.
 # Another fleet (benchmarks/bench_rollout.py): GPUFLEET_SIM_HOSTS="a b c"
 # and GPUFLEET_SIM_INVENTORY=<an inventory that lists them>.
 set -euo pipefail
@@ -24,15 +26,19 @@ down() {
 
 up() {
   [[ -n "$IMAGE" ]] || die "no host image yet: run scripts/bootstrap.sh first"
+  [[ -x "$GPUFLEET_BENCH_ENV/bin/vllm" ]] || die "no bench environment at $GPUFLEET_BENCH_ENV yet: run scripts/bootstrap.sh first"
   local new=() h
   for h in "${HOSTS[@]}"; do
-    if [[ "$(podman inspect -f '{{.State.Running}}' "$h" 2>/dev/null)" == "true" ]]; then
+    # running, and made by this version of the script (it mounts the bench environment)
+    if [[ "$(podman inspect -f '{{.State.Running}} {{range .Mounts}}{{.Destination}} {{end}}' "$h" 2>/dev/null)" \
+          == "true "*"/opt/vllm/bench-env "* ]]; then
       continue
     fi
     podman rm -f "$h" >/dev/null 2>&1 || true
     podman run -d --name "$h" --hostname "$h" --systemd=always \
       --label gpufleet.sim=1 \
       -v "$GPUFLEET_WHEELHOUSE:/srv/wheelhouse:ro" \
+      -v "$GPUFLEET_BENCH_ENV:/opt/vllm/bench-env:ro" \
       "$IMAGE" /sbin/init >/dev/null \
       || die "podman could not start $h from $IMAGE"
     new+=("$h")

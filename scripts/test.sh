@@ -18,9 +18,6 @@ T_ALL=$(now)
 SUMMARY=()
 FAILED=()
 
-# the benchmark scenario runs the real `vllm bench serve`: vLLM with its
-# dependencies goes into the wheelhouse too
-export GPUFLEET_BENCH_WHEELS="${GPUFLEET_BENCH_WHEELS:-1}"
 "$REPO_ROOT/scripts/bootstrap.sh"
 GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
 export GPUFLEET_HOST_IMAGE
