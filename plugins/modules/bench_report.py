@@ -98,7 +98,7 @@ author: gpufleet.vllm developers (@gpufleet)
 EXAMPLES = r"""
 - name: Render the fleet report of a run
   gpufleet.vllm.bench_report:
-    path: "{{ playbook_dir }}/benchmark-results/20261202T153000Z"
+    path: gpufleet-reports/benchmark/20261202T153000Z
   run_once: true
   delegate_to: localhost
   register: report
@@ -113,12 +113,12 @@ markdown:
   description: Path of the Markdown report.
   returned: always
   type: str
-  sample: /home/ops/benchmark-results/20261202T153000Z/report.md
+  sample: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/report.md
 png:
   description: Path of the plot, or null when O(png=false).
   returned: always
   type: str
-  sample: /home/ops/benchmark-results/20261202T153000Z/report.png
+  sample: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/report.png
 run_id:
   description: The run's name as shown in the report.
   returned: always
@@ -180,7 +180,7 @@ written:
   returned: always
   type: list
   elements: str
-  sample: [/home/ops/benchmark-results/20261202T153000Z/gpu-node-1/c1.json]
+  sample: [/home/ops/gpufleet-reports/benchmark/20261202T153000Z/gpu-node-1/c1.json]
 problems:
   description: Files that could not be read (also listed in the report).
   returned: always

@@ -107,3 +107,32 @@ def test_hosts_serve_the_staged_pristine_build(name):
     assert not node.file("/tmp/embed_debug_tp0.pt").exists
     config = node.file("/shared/kimi-k2.5-nvfp4/config.json").content_string
     assert "kv_cache_scheme" not in config
+
+
+def test_first_rollout_benchmarked_the_canary_next_to_the_summary():
+    first = rows(report("first", "summary.json"))
+    canary = first["rollout-1"]
+    # the real `vllm bench serve` against the stand-in: 82 tok/s per stream,
+    # 2,276 tok/s in all (inventories/local: levels 1 and 64)
+    assert canary["benchmark"] == "ok", canary
+    assert 0.9 * 82 <= canary["single_stream_tok_s"] <= 1.03 * 82
+    assert 0.9 * 2276 <= canary["peak_tok_s"] <= 1.03 * 2276
+    # rollout-2 failed before its benchmark, rollout-3 was never reached
+    assert first["rollout-2"]["benchmark"] is None
+    assert first["rollout-3"]["benchmark"] is None
+    runs = sorted(glob.glob(os.path.join(REPORTS, "first", "rollout-*")))
+    assert len(runs) == 1, runs
+    assert sorted(os.listdir(os.path.join(runs[0], "rollout-1"))) == ["c1.json", "c64.json", "summary.json"]
+    assert not os.path.exists(os.path.join(runs[0], "rollout-2"))
+    with open(os.path.join(runs[0], "report.md")) as handle:
+        assert "rollout-1" in handle.read()
+    assert report("first", "summary.json")["benchmark_report"] == os.path.join(runs[0], "report.md")
+    with open(os.path.join(runs[0], "summary.md")) as handle:
+        assert "[report.md](report.md)" in handle.read()
+
+
+def test_limited_audit_reports_the_limited_host_only():
+    limited = report("limited", "drift.json")
+    assert [row["host"] for row in limited["hosts"]] == ["rollout-2"]
+    assert limited["hosts"][0]["drift"] == ["dumps"]
+    assert limited["not_audited"] == []
