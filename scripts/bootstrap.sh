@@ -68,8 +68,7 @@ fi
 # scripts find their python next to themselves), made with the Debian
 # python3 the simulated hosts have too, mounted read-only into each host
 "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/wheelhouse-bench.txt"
-BENCH_HASH="$( { grep -Ev '^[[:space:]]*(#|$)' "$REPO_ROOT/requirements/wheelhouse-bench.txt"; echo relocatable-1; } \
-  | sha256sum | cut -c1-16)"
+BENCH_HASH="$(requirements_hash "$REPO_ROOT/requirements/wheelhouse-bench.txt" relocatable-1)"
 if [[ ! -f "$GPUFLEET_BENCH_ENV/.installed-$BENCH_HASH" ]]; then
   [[ -x /usr/bin/python3 ]] || die "no /usr/bin/python3 for the bench environment: apt-get install python3"
   /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \

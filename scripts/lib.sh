@@ -33,5 +33,13 @@ case ":$PATH:" in *":$VENV/bin:"*) ;; *) export PATH="$VENV/bin:$PATH" ;; esac
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
+# A short hash of a requirements file's requirement lines (comments and
+# blank lines left out: editing a comment is not a new set of wheels),
+# followed by any extra words given: names the stamps of what was installed.
+requirements_hash() {
+  local file="$1"; shift
+  { grep -Ev '^[[:space:]]*(#|$)' "$file"; printf '%s\n' "$@"; } | sha256sum | cut -c1-16
+}
+
 # Seconds since the epoch, for the phase timings the scripts print.
 now() { date +%s; }

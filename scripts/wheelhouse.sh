@@ -17,8 +17,7 @@ DEPS="--no-deps"
 PY="$VENV/bin/python"
 [[ -x "$PY" ]] || PY=python3
 
-# the requirement lines only: a comment edited does not mean a new download
-HASH="$( { grep -Ev '^[[:space:]]*(#|$)' "$REQ"; echo "$DEPS"; } | sha256sum | cut -c1-16)"
+HASH="$(requirements_hash "$REQ" "$DEPS")"
 STAMP="$GPUFLEET_WHEELHOUSE/.complete-$(basename "$REQ" .txt)-$HASH"
 mkdir -p "$GPUFLEET_WHEELHOUSE"
 
