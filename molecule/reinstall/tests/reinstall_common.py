@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Helpers of the reinstall scenario's tests: an independent RECORD check run
 on the host (standard library only, not the collection's module), JSON
-records written by side_effect.yml, HTTP probes."""
+records written by side_effect.yml."""
 
 import json
-import time
 
 TEST_DIR = "/var/tmp/reinstall-test"
 ADOPTED = "/root/ml-env"
@@ -60,26 +59,3 @@ def cache_files_with(host, marker):
     out = host.run("grep -rl --include=*.py -- %s %s", marker, UV_CACHE)
     assert out.rc in (0, 1), out.stderr
     return [ln for ln in out.stdout.splitlines() if ln]
-
-
-HTTP_PROBE = """
-import sys, urllib.request
-try:
-    with urllib.request.urlopen("http://127.0.0.1:" + sys.argv[1] + sys.argv[2], timeout=2) as r:
-        print(r.status if sys.argv[3] == "status" else r.read().decode())
-except Exception as e:
-    print("down", type(e).__name__)
-"""
-
-
-def http(host, port, path, what="status"):
-    return host.check_output("/usr/bin/python3 -c %s %s %s %s", HTTP_PROBE, str(port), path, what)
-
-
-def wait_for(predicate, timeout, interval=0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(interval)

@@ -5,9 +5,10 @@ the unit, and a second in_place run had nothing to do."""
 
 import pytest
 import testinfra
+from probes import http_ok, wait_for
 
-from reinstall_common import (ADOPTED, DEEPSEEK, PATCH_MARKERS, TEST_DIR, UNIT, cache_files_with, http, read_json,
-                              record_check, site_packages, wait_for)
+from reinstall_common import (ADOPTED, DEEPSEEK, PATCH_MARKERS, TEST_DIR, UNIT, cache_files_with, read_json,
+                              record_check, site_packages)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_in_place_restarted_the_unit_and_second_run_did_nothing(host):
     assert host.service(UNIT).is_running
     pid_now = int(host.check_output("systemctl show -p MainPID --value %s", UNIT))
     assert pid_now not in (0, record["pid_before"])
-    assert wait_for(lambda: http(host, 8000, "/health") == "200", timeout=30)
+    assert wait_for(lambda: http_ok(host, "/health", 8000), timeout=30)
 
 
 def test_in_place_made_no_staged_environments(host):

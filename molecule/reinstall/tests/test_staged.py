@@ -7,9 +7,10 @@ import re
 
 import pytest
 import testinfra
+from probes import http, http_ok, wait_for
 
-from reinstall_common import (ADOPTED, DEEPSEEK, PATCH_MARKERS, UNIT, cache_files_with, http, read_json,
-                              record_check, site_packages, wait_for)
+from reinstall_common import (ADOPTED, DEEPSEEK, PATCH_MARKERS, UNIT, cache_files_with, read_json,
+                              record_check, site_packages)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_serving_unit_untouched_by_the_role(host):
     faults = read_json(host, "faults.json")
     assert faults["pid_before"] > 0
     assert int(host.check_output("systemctl show -p MainPID --value %s", UNIT)) == faults["pid_before"]
-    assert wait_for(lambda: http(host, 8000, "/health") == "200", timeout=30)
+    assert wait_for(lambda: http_ok(host, "/health", 8000), timeout=30)
 
 
 def test_version_not_found_fails_in_resolve(host):
@@ -144,8 +145,8 @@ def test_failed_readiness_gate_rolls_back(host):
     assert rollback["current_env"] == faults["current_before"] == current_env(host)
     assert host.file("/opt/vllm/previous").linked_to == faults["current_before"]
     assert rollback["second_rollback_changed"] is False
-    assert wait_for(lambda: http(host, 8001, "/health") == "200", timeout=30)
-    version = json.loads(http(host, 8001, "/version", "body"))
+    assert wait_for(lambda: http_ok(host, "/health", 8001), timeout=30)
+    version = json.loads(http(host, "/version", 8001)["body"])
     assert version["version"] == "0.33.0"
 
 

@@ -7,7 +7,9 @@ Runs through testinfra's podman backend (podman exec per command)."""
 
 import json
 
+import probes
 import pytest
+from probes import http
 
 UNIT = "vllm-kimi-k25.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT
@@ -26,35 +28,9 @@ EXPECTED_ARGV = [
     "--override-generation-config", '{"temperature": 0.6, "note": "100% $HOME"}',
 ]
 
-NVML_PROBE = r"""
-import json, pynvml
-pynvml.nvmlInit()
-gpus = []
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    gpus.append({"used_mib": pynvml.nvmlDeviceGetMemoryInfo(h).used // 2**20,
-                 "pids": [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)]})
-pynvml.nvmlShutdown()
-print(json.dumps(gpus))
-"""
-
-HTTP_PROBE = r"""
-import json, sys, urllib.request
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-try:
-    with opener.open("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]), timeout=5) as r:
-        print(json.dumps({"status": r.status, "body": r.read().decode()}))
-except Exception as e:
-    print(json.dumps({"status": None, "body": type(e).__name__}))
-"""
-
-
-def http(host, path, port=8000):
-    return json.loads(host.check_output("python3 -c %s %s %s", HTTP_PROBE, str(port), path))
-
 
 def nvml(host):
-    return json.loads(host.check_output("%s -c %s", TOOLS_PYTHON, NVML_PROBE))
+    return probes.nvml(host, TOOLS_PYTHON)["gpus"]
 
 
 def evidence(host, name):
