@@ -6,6 +6,7 @@ hosts themselves."""
 import glob
 import json
 import os
+import re
 
 import pytest
 import testinfra
@@ -57,6 +58,22 @@ def test_first_rollout_canary_passed_failing_host_rolled_back_next_untouched():
     assert first["rollout-1"]["load_s"] <= first["rollout-1"]["downtime_s"] < first["rollout-1"]["load_s"] + 10
 
 
+def test_first_rollout_batches_followed_the_inventory_not_the_plan():
+    # prepare.yml made rollout-2 (the host that fails) finish the plan first
+    # (one fork, pattern "rollout-2:rollout-1:rollout-3"): the canary is still
+    # the first listed host, rollout-2 comes next and fails, rollout-3 waits
+    with open(os.path.join(REPORTS, "first", "ansible-playbook.log")) as handle:
+        log = re.sub(r"\x1b\[[0-9;]*m", "", handle.read())  # run without colours; in case
+    # the hosts in the order the plan's last task answered for them
+    plan_task = log.split("TASK [Say what this host needs]", 1)[1].split("TASK [", 1)[0]
+    plan_order = re.findall(r"^ok: \[([^\]]+)\]", plan_task, re.M)
+    assert sorted(plan_order) == ["rollout-1", "rollout-2", "rollout-3"], log[-4000:]
+    assert plan_order[0] == "rollout-2", log[-4000:]
+    assert report("first", "summary.json")["batches"] == [["rollout-1"], ["rollout-2"]]
+    # a failed host is reported, not warned about; nothing else warns either
+    assert "[WARNING]" not in log, [line for line in log.splitlines() if "WARNING" in line]
+
+
 def test_failing_host_served_its_previous_build_after_the_first_rollout():
     node = host("rollout-2")
     # the rollback pointed the link back at the adopted venv of the operators
@@ -78,6 +95,8 @@ def test_converged_rollout_updated_the_rest():
     assert converge["rollout-1"]["needed"] == []  # converged: verified in the plan, never waited for a batch
     assert converge["rollout-2"]["status"] == "updated"
     assert converge["rollout-3"]["status"] == "updated"
+    # rollout-1 needed nothing: the batches are the other two, in inventory order
+    assert report("converge", "summary.json", 0)["batches"] == [["rollout-2"], ["rollout-3"]]
 
 
 def test_second_rollout_on_the_converged_fleet_restarted_nothing():
@@ -85,6 +104,7 @@ def test_second_rollout_on_the_converged_fleet_restarted_nothing():
     # summary of that run says no host restarted
     runs = sorted(glob.glob(os.path.join(REPORTS, "converge", "*", "summary.json")))
     assert len(runs) == 2, runs
+    assert report("converge", "summary.json", 1)["batches"] == []
     second = rows(report("converge", "summary.json", 1))
     for name, row in second.items():
         assert row["status"] == "unchanged", (name, row)
@@ -128,7 +148,11 @@ def test_first_rollout_benchmarked_the_canary_next_to_the_summary():
         assert "rollout-1" in handle.read()
     assert report("first", "summary.json")["benchmark_report"] == os.path.join(runs[0], "report.md")
     with open(os.path.join(runs[0], "summary.md")) as handle:
-        assert "[report.md](report.md)" in handle.read()
+        markdown = handle.read()
+    assert "[report.md](report.md)" in markdown
+    # the benchmark column: the canary's status, a dash where no benchmark ran
+    assert [line.rstrip(" |").rsplit("| ", 1)[-1] for line in markdown.splitlines()
+            if line.startswith("| rollout-")] == ["ok", "-", "-"]
 
 
 def test_limited_audit_reports_the_limited_host_only():
