@@ -43,6 +43,9 @@ def rollout_line(row):
     single, peak = _num(row.get("single_stream_tok_s"), "%.1f"), _num(row.get("peak_tok_s"), "%.0f")
     if single is not None or peak is not None:
         parts.append("%s tok/s single stream, %s tok/s peak" % (single or "-", peak or "-"))
+    if row.get("benchmark") not in (None, "", "ok"):
+        # regressed (kept with benchmark_on_regression=warn) or failed: the figures alone do not say so
+        parts.append("benchmark %s" % row["benchmark"])
     line = "%s: %s" % (host, status)
     if parts:
         line += ", " + ", ".join(parts)
@@ -69,8 +72,8 @@ def audit_line(row):
     if int(row.get("dumps") or 0):
         parts.append("%s debug dumps (%s)" % (row["dumps"], row.get("dumps_bytes", "?")))
     parts.append("%s %s" % (row.get("unit", "unit"), row.get("unit_state", "unknown")))
-    for problem in (row.get("config_errors") or [])[:1] + (row.get("gpu_problems") or [])[:1]:
-        parts.append(problem if len(problem) <= 120 else problem[:117] + "...")
+    # every problem, whole: the line is what an operator acts on
+    parts.extend((row.get("config_errors") or []) + (row.get("gpu_problems") or []))
     return "%s: %s" % (row.get("host", "?"), ", ".join(parts))
 
 

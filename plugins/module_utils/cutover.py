@@ -309,9 +309,11 @@ class Cutover(object):
             result["version"] = ready.get("version")
             phases["ready"] = self._since(started_at)
             if not ready["ready"]:
-                result["readiness"]["msg"] = failure_message(ready)
+                # once: result["readiness"] is `ready`, whose msg the message is built from
+                why = failure_message(ready)
+                result["readiness"]["msg"] = why
                 self._fail("ready", "%s did not get ready after the cutover (timeout %s s): %s" % (
-                    self.unit, timeout, failure_message(ready)), journal=True)
+                    self.unit, timeout, why), journal=True)
             result["ready"] = True
         result["load_seconds"] = self._since(started_at)
         result["downtime_seconds"] = self._since(self.t0)

@@ -246,7 +246,10 @@ def test_compare_within_tolerance(clean_summary):
     assert verdict['metrics']['single_stream_tok_s']['status'] == 'ok'
     assert verdict['metrics']['single_stream_tok_s']['ratio'] == pytest.approx(C1_TOK_S / 82)
     assert verdict['metrics']['peak_tok_s']['floor'] == pytest.approx(2276 * 0.9)
-    assert 'within 10% of the baseline of kimi-k2.5' in verdict['message']
+    # in words, not the result's keys
+    assert verdict['message'] == ('within 10%% of the baseline of kimi-k2.5: single stream %s tok/s (baseline 82.0), '
+                                  'peak 2,263.1 tok/s (baseline 2,276.0)' % '{:,.1f}'.format(C1_TOK_S))
+    assert '_tok_s' not in verdict['message']
 
 
 def test_compare_regression(clean_summary):
@@ -255,7 +258,7 @@ def test_compare_regression(clean_summary):
     assert verdict['regressed'] is True
     assert [m for m, e in verdict['metrics'].items() if e['status'] == 'regressed'] == \
         ['single_stream_tok_s', 'peak_tok_s']
-    assert verdict['regressions'][0].startswith('single_stream_tok_s: 81.6 tok/s is 18.4% below the baseline 100.0')
+    assert verdict['regressions'][0].startswith('single stream: 81.6 tok/s is 18.4% below the baseline 100.0')
     assert '24.6% below the baseline 3,000.0' in verdict['regressions'][1]
     assert verdict['message'].startswith('regression against the baseline of kimi-k2.5')
 
@@ -287,7 +290,8 @@ def test_compare_model_lookup_and_partial_baselines(clean_summary):
     assert unknown['message'] == 'no baseline for model llama-3: nothing compared'
     single = COMPARE(clean_summary, {'single_stream_tok_s': 60, 'peak_tok_s': None}, model='anything')
     assert single['checked'] is True and single['metrics']['single_stream_tok_s']['status'] == 'above'
-    assert 'consider raising it' in single['message']
+    assert single['message'].endswith('(above the baseline by more than the tolerance: single stream; '
+                                      'consider raising the baseline)')
 
 
 @pytest.mark.parametrize('tolerance', [1, 1.5, -0.1, 'ten percent', None])

@@ -23,6 +23,14 @@ def test_failed_row_names_the_failure_and_leaves_out_missing_figures():
         "gpu-a02: FAILED, rolled back, vllm 0.33.0 -- Readiness gate: /health never answered 200 within 900 s")
 
 
+def test_benchmark_status_is_named_unless_ok():
+    row = {"host": "gpu-a04", "status": "updated", "single_stream_tok_s": 61.0, "peak_tok_s": 1900.0}
+    assert rollout_line(dict(row, benchmark="ok")) == "gpu-a04: updated, 61.0 tok/s single stream, 1900 tok/s peak"
+    assert rollout_line(dict(row, benchmark="regressed")) == (
+        "gpu-a04: updated, 61.0 tok/s single stream, 1900 tok/s peak, benchmark regressed")
+    assert rollout_line(dict(row, benchmark=None)) == rollout_line(row)
+
+
 def test_untouched_row():
     assert rollout_line({"host": "gpu-a03", "status": "untouched"}) == "gpu-a03: untouched"
 
@@ -51,16 +59,16 @@ def test_audit_line_names_every_drift_class():
     assert audit_line(clean) == "gpu-a01: no drift, vllm 0.33.0, pristine, vllm-kimi-k25.service active"
 
 
-def test_audit_line_says_the_first_config_and_gpu_problem():
+def test_audit_line_says_every_config_and_gpu_problem_whole():
     from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
     row = {"host": "gpu-a02", "drift": ["config", "gpus"], "build": "0.33.0", "integrity": "pristine",
            "unit": "vllm-kimi-k25.service", "unit_state": "active",
            "config_errors": ["/models/k/config.json: invalid JSON at line 3, column 1", "second"],
            "gpu_problems": ["GPU 5: compute capability 9.0, expected 12.0 " + "x" * 200]}
     line = audit_line(row)
-    assert line.startswith("gpu-a02: DRIFT: config, gpus, vllm 0.33.0, pristine, vllm-kimi-k25.service active, "
-                           "/models/k/config.json: invalid JSON at line 3, column 1, GPU 5: compute capability 9.0")
-    assert "second" not in line and line.endswith("...")
+    assert line == ("gpu-a02: DRIFT: config, gpus, vllm 0.33.0, pristine, vllm-kimi-k25.service active, "
+                    "/models/k/config.json: invalid JSON at line 3, column 1, second, "
+                    "GPU 5: compute capability 9.0, expected 12.0 " + "x" * 200)
 
 
 def test_audit_line_of_a_host_that_was_not_audited():

@@ -221,6 +221,9 @@ def test_a_build_that_never_gets_ready_fails_with_what_was_done(host):
     assert res["downtime_seconds"] is None
     assert "did not get ready after the cutover (timeout 2 s)" in res["msg"]
     assert "GET /health" in res["msg"]
+    # the advice once, not twice (the readiness result's msg is not built on itself)
+    assert res["msg"].count("The server never answered /health") == 1, res["msg"]
+    assert res["readiness"]["msg"].count("The server never answered /health") == 1
     assert "Now: %s is stopped; %s points at %s." % (UNIT, h.link, h.env_b) in res["msg"]
     assert res["journal"] and "Last" in res["msg"]
 
