@@ -13,6 +13,7 @@ set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 T0=$(now)
+LOGS="$GPUFLEET_CACHE/logs"
 
 # --- 1. Debian packages ------------------------------------------------------
 DEB_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs
@@ -28,10 +29,11 @@ if ((${#missing[@]})); then
   fi
   command -v apt-get >/dev/null \
     || die "missing packages ${missing[*]} and no apt-get here: install podman, runc, debootstrap and gcc with this system's package manager."
-  log "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-    || die "apt-get could not install: ${missing[*]}"
+  apt_install() {
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+  }
+  step "installing Debian packages: ${missing[*]}" "$LOGS/apt.log" \
+    --fail "apt-get could not install: ${missing[*]}" -- apt_install "${missing[@]}"
 fi
 
 # --- 2. control-node virtualenv ---------------------------------------------
@@ -44,11 +46,13 @@ if [[ ! -f "$VENV/.installed-$REQ_HASH" ]]; then
     log "creating $VENV"
     "$HOST_PYTHON" -m venv "$VENV" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
   fi
-  log "installing the pinned control-node packages into $VENV"
-  "$VENV/bin/python" -m pip install -q "$(grep -E '^uv==' "$REPO_ROOT/requirements/control.txt")"
-  # sync, not delete and recreate: a run in progress keeps a working venv
-  "$VENV/bin/uv" pip sync -q -p "$VENV/bin/python" "$REPO_ROOT/requirements/control.txt" \
-    || die "could not install requirements/control.txt into $VENV"
+  control_sync() {
+    "$VENV/bin/python" -m pip install "$(grep -E '^uv==' "$REPO_ROOT/requirements/control.txt")" &&
+    # sync, not delete and recreate: a run in progress keeps a working venv
+    "$VENV/bin/uv" pip sync -p "$VENV/bin/python" "$REPO_ROOT/requirements/control.txt"
+  }
+  step "installing the pinned control-node packages (requirements/control.txt) into $VENV" "$LOGS/control-venv.log" \
+    --size "$VENV" --fail "could not install requirements/control.txt into $VENV" -- control_sync
   rm -f "$VENV"/.installed-*
   touch "$VENV/.installed-$REQ_HASH"
 fi
@@ -73,13 +77,16 @@ if [[ ! -f "$GPUFLEET_BENCH_ENV/.installed-$BENCH_HASH" ]]; then
   [[ -x /usr/bin/python3 ]] || die "no /usr/bin/python3 for the bench environment: apt-get install python3"
   /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
     || die "/usr/bin/python3 is $(/usr/bin/python3 -V 2>&1); the bench environment needs the Python 3.11 of the Debian 12 hosts"
-  log "installing vLLM with its dependencies into $GPUFLEET_BENCH_ENV (from the wheelhouse, about a minute)"
   rm -rf "$GPUFLEET_BENCH_ENV.partial"
-  uv venv -q --relocatable --python /usr/bin/python3 "$GPUFLEET_BENCH_ENV.partial" \
-    || die "uv could not create $GPUFLEET_BENCH_ENV.partial"
-  uv pip install -q --no-cache --offline --no-index --find-links "$GPUFLEET_WHEELHOUSE" --link-mode=copy \
-    --python "$GPUFLEET_BENCH_ENV.partial/bin/python" --requirement "$REPO_ROOT/requirements/wheelhouse-bench.txt" \
-    || die "could not install requirements/wheelhouse-bench.txt into $GPUFLEET_BENCH_ENV.partial from the wheelhouse"
+  bench_install() {
+    uv venv --relocatable --python /usr/bin/python3 "$GPUFLEET_BENCH_ENV.partial" &&
+    uv pip install --no-cache --offline --no-index --find-links "$GPUFLEET_WHEELHOUSE" --link-mode=copy \
+      --python "$GPUFLEET_BENCH_ENV.partial/bin/python" --requirement "$REPO_ROOT/requirements/wheelhouse-bench.txt"
+  }
+  step "installing vLLM with its dependencies (9 GB) into $GPUFLEET_BENCH_ENV from the wheelhouse" \
+    "$LOGS/bench-env.log" --size "$GPUFLEET_BENCH_ENV.partial" \
+    --fail "could not install requirements/wheelhouse-bench.txt into $GPUFLEET_BENCH_ENV.partial from the wheelhouse" \
+    -- bench_install
   touch "$GPUFLEET_BENCH_ENV.partial/.installed-$BENCH_HASH"
   rm -rf "$GPUFLEET_BENCH_ENV" && mv "$GPUFLEET_BENCH_ENV.partial" "$GPUFLEET_BENCH_ENV"
 fi

@@ -3,8 +3,11 @@
 #
 # The main job on the simulated fleet: bring up three "dirty" GPU hosts
 # (inventories/local) and run the rollout playbook against them.
-#   scripts/demo.sh            set up what is missing, then roll out
-#   scripts/demo.sh --reset    make the hosts dirty again first
+#   scripts/demo.sh            set up what is missing, then roll out (hosts
+#                              that are already up are rolled out as they
+#                              are: a second run finds them converged)
+#   scripts/demo.sh --reset    recreate the three hosts dirty, THEN roll out
+#                              again (scripts/sim_fleet.sh reset only resets)
 # Extra arguments go to ansible-playbook (e.g. --check, --tags debug_artifacts).
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -12,7 +15,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 RESET=0
-if [[ "${1:-}" == "--reset" ]]; then RESET=1; shift; fi
+case "${1:-}" in
+  --reset) RESET=1; shift ;;
+  -h|--help) sed -n '4,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
 
 "$REPO_ROOT/scripts/bootstrap.sh"
 GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"

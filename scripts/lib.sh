@@ -43,3 +43,44 @@ requirements_hash() {
 
 # Seconds since the epoch, for the phase timings the scripts print.
 now() { date +%s; }
+
+# A long step (download, install, image build): its output goes to a log
+# file, and a progress line comes every 15 s (elapsed time, and the size of
+# a directory that grows, when --size names one); one line when it is done;
+# on failure the log's last lines, then the message given with --fail.
+#   step LABEL LOG [--size DIR] [--fail MESSAGE] -- COMMAND [ARG...]
+step() {
+  local label="$1" logfile="$2" grow="" fail="" t0 pid rc last size
+  shift 2
+  while (($#)); do
+    case "$1" in
+      --size) grow="$2"; shift 2 ;;
+      --fail) fail="$2"; shift 2 ;;
+      --) shift; break ;;
+      *) break ;;
+    esac
+  done
+  mkdir -p "$(dirname "$logfile")"
+  t0=$(now); last=$t0
+  log "$label"
+  "$@" >"$logfile" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( $(now) - last >= 15 )); then
+      last=$(now)
+      size=""
+      # (du fails on files that vanish while it counts: a size is a hint)
+      [[ -z "$grow" ]] || size=", $( { du -sh "$grow" 2>/dev/null || true; } | cut -f1) so far"
+      [[ "$size" != ",  so far" ]] || size=""
+      printf '    ... %s s%s\n' "$(( last - t0 ))" "$size" >&2
+    fi
+  done
+  if wait "$pid"; then rc=0; else rc=$?; fi
+  if ((rc != 0)); then
+    printf '    failed after %s s (exit %s); last lines of %s:\n' "$(( $(now) - t0 ))" "$rc" "$logfile" >&2
+    tail -n 25 "$logfile" | sed 's/^/    | /' >&2
+    die "${fail:-$label failed}"
+  fi
+  printf '    done in %s s\n' "$(( $(now) - t0 ))" >&2
+}

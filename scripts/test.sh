@@ -16,11 +16,8 @@ STAGES=("$@")
 ((${#STAGES[@]})) || STAGES=(unit lint sanity build molecule)
 T_ALL=$(now)
 SUMMARY=()
+SCENARIO_TIMES=()
 FAILED=()
-
-"$REPO_ROOT/scripts/bootstrap.sh"
-GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
-export GPUFLEET_HOST_IMAGE
 
 run_stage() {
   local name="$1"; shift
@@ -41,6 +38,8 @@ stage_unit() {
 }
 
 stage_lint() {
+  # (.ansible-lint says offline: ansible-lint installs nothing, so it sees
+  # this checkout alone, not "another version" of it in ~/.ansible)
   yamllint --strict . && ansible-lint --profile production --strict
 }
 
@@ -71,6 +70,8 @@ stage_build() {
   # the installed tarball, not the checkout, answers by FQCN
   ANSIBLE_COLLECTIONS_PATH="$out/collections" python -m pytest -q -p no:cacheprovider \
     tests/integration/test_built_collection.py &&
+  # the README's commands for a real fleet, as written, from a HOME of their own
+  python -m pytest -q -p no:cacheprovider tests/integration/test_readme_real_fleet.py &&
   # the execution environment's build context (no image is built here)
   rm -rf "$REPO_ROOT/.cache/ee-context" &&
   ansible-builder create -f execution-environment.yml -c "$REPO_ROOT/.cache/ee-context" &&
@@ -84,13 +85,21 @@ stage_molecule() {
     mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml \
                              -printf '%h\n' | xargs -n1 basename | sort)
   fi
-  local s rc=0
+  local s rc=0 t0 src
   for s in "${scenarios[@]}"; do
     log "molecule test -s $s"
-    molecule test -s "$s" || rc=1
+    t0=$(now)
+    if molecule test -s "$s"; then src=ok; else src=FAILED; rc=1; fi
+    SCENARIO_TIMES+=("$(printf '  %-16s %-6s %5ss' "$s" "$src" "$(( $(now) - t0 ))")")
   done
   return $rc
 }
+
+# bootstrap first: the other stages need what it sets up
+run_stage bootstrap "$REPO_ROOT/scripts/bootstrap.sh"
+((${#FAILED[@]} == 0)) || die "bootstrap failed: nothing else can run (see above)"
+GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
+export GPUFLEET_HOST_IMAGE
 
 for stage in "${STAGES[@]}"; do
   case "$stage" in
@@ -99,8 +108,10 @@ for stage in "${STAGES[@]}"; do
   esac
 done
 
-log "summary ($(( $(now) - T_ALL )) s in all)"
+TOTAL=$(( $(now) - T_ALL ))
+log "summary: $TOTAL s in all ($((TOTAL / 60)) min $((TOTAL % 60)) s)"
 printf '  %s\n' "${SUMMARY[@]}" >&2
+((${#SCENARIO_TIMES[@]} == 0)) || printf '  %s\n' "${SCENARIO_TIMES[@]}" >&2
 if ((${#FAILED[@]})); then
   die "failed stages: ${FAILED[*]}"
 fi

@@ -35,7 +35,6 @@ if stamp_ok; then
   exit 0
 fi
 
-log "downloading wheels for $(basename "$REQ") ${DEPS:-with dependencies}"
 TMP="$(mktemp -d "$GPUFLEET_WHEELHOUSE/.partial.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 # The hosts are Debian bookworm (CPython 3.11, glibc 2.36, x86_64). pip takes
@@ -46,12 +45,15 @@ for minor in $(seq 36 -1 17); do
   PLATFORMS+=(--platform "manylinux_2_${minor}_x86_64")
 done
 PLATFORMS+=(--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
+WANTED="$(grep -cEv '^[[:space:]]*(#|$)' "$REQ")"
 # shellcheck disable=SC2086
-"$PY" -m pip download -q $DEPS --only-binary=:all: \
-  --python-version 3.11 --implementation cp --abi cp311 \
-  "${PLATFORMS[@]}" \
-  -r "$REQ" -d "$TMP" \
-  || die "could not download the wheels of $REQ (is the package index reachable?)"
+step "downloading $WANTED wheels for $(basename "$REQ") ${DEPS:-with dependencies} into $GPUFLEET_WHEELHOUSE" \
+  "$GPUFLEET_CACHE/logs/wheelhouse-$(basename "$REQ" .txt).log" --size "$TMP" \
+  --fail "could not download the wheels of $REQ (is the package index reachable?)" -- \
+  "$PY" -m pip download $DEPS --progress-bar off --only-binary=:all: \
+    --python-version 3.11 --implementation cp --abi cp311 \
+    "${PLATFORMS[@]}" \
+    -r "$REQ" -d "$TMP"
 : >"$TMP/.stamp"
 for whl in "$TMP"/*.whl; do
   "$PY" - "$whl" <<'PYEOF' || die "downloaded file $whl is not a readable wheel"

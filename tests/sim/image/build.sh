@@ -65,19 +65,25 @@ find_mirror() {
   die "no Debian $SUITE mirror found in the apt sources; set GPUFLEET_DEBIAN_MIRROR"
 }
 
+# debootstrap can leave /proc mounted inside its root (always when it was
+# interrupted): unmount what is mounted below a directory, deepest first
+unmount_under() {
+  [[ -d "$1" ]] || return 0
+  awk -v r="$1/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r \
+    | while read -r mnt; do umount -l "$mnt" || true; done
+}
+
 mkdir -p "$WORK"
 if [[ ! -s "$ROOTFS_TAR" ]]; then
   command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install debootstrap (scripts/bootstrap.sh does it)"
   [[ "$(id -u)" == 0 ]] || die "debootstrap needs root to build the host image; run as root or set GPUFLEET_HOST_IMAGE to an existing systemd image"
   MIRROR="$(find_mirror)"
   ROOT="$WORK/rootfs.partial"
+  unmount_under "$ROOT"
   rm -rf "$ROOT" "$ROOTFS_TAR.partial"
-  log "debootstrap $SUITE ($(IFS=,; echo "${PACKAGES[*]}")) - about a minute"
-  if ! debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
-        "$SUITE" "$ROOT" "$MIRROR" >"$WORK/debootstrap.log" 2>&1; then
-    tail -n 20 "$WORK/debootstrap.log" >&2
-    die "debootstrap failed (full log: $WORK/debootstrap.log)"
-  fi
+  step "building the simulated host image: debootstrap $SUITE ($(IFS=,; echo "${PACKAGES[*]}"))" \
+    "$WORK/debootstrap.log" --size "$ROOT" --fail "debootstrap failed (full log: $WORK/debootstrap.log)" -- \
+    debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" "$SUITE" "$ROOT" "$MIRROR"
   # A container host: no getty, no udev, no kernel mounts of its own; an
   # empty machine-id so each container gets its own.
   for unit in getty.target console-getty.service systemd-udevd.service \
@@ -89,6 +95,7 @@ if [[ ! -s "$ROOTFS_TAR" ]]; then
               fstrim.timer; do
     ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"
   done
+  unmount_under "$ROOT"
   : >"$ROOT/etc/machine-id"
   rm -f "$ROOT/var/lib/dbus/machine-id"
   echo "gpufleet-host" >"$ROOT/etc/hostname"
@@ -99,7 +106,7 @@ if [[ ! -s "$ROOTFS_TAR" ]]; then
 fi
 
 log "podman import -> $IMAGE"
-podman import \
+podman import --quiet \
   --change 'CMD ["/sbin/init"]' \
   --change 'ENV container=podman' \
   --change 'STOPSIGNAL SIGRTMIN+3' \
