@@ -49,8 +49,11 @@ now() { date +%s; }
 # a directory that grows, when --size names one); one line when it is done;
 # on failure the log's last lines, then the message given with --fail.
 #   step LABEL LOG [--size DIR] [--fail MESSAGE] -- COMMAND [ARG...]
+# The command runs in the foreground (Ctrl-C and a killed script stop it as
+# they stop any command); only the progress line runs beside it, and ends
+# with the step or with the script.
 step() {
-  local label="$1" logfile="$2" grow="" fail="" t0 pid rc last size
+  local label="$1" logfile="$2" grow="" fail="" t0 rc ticker
   shift 2
   while (($#)); do
     case "$1" in
@@ -61,26 +64,29 @@ step() {
     esac
   done
   mkdir -p "$(dirname "$logfile")"
-  t0=$(now); last=$t0
+  t0=$(now)
   log "$label"
-  "$@" >"$logfile" 2>&1 &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
-    if (( $(now) - last >= 15 )); then
-      last=$(now)
-      size=""
-      # (du fails on files that vanish while it counts: a size is a hint)
-      [[ -z "$grow" ]] || size=", $( { du -sh "$grow" 2>/dev/null || true; } | cut -f1) so far"
-      [[ "$size" != ",  so far" ]] || size=""
-      printf '    ... %s s%s\n' "$(( last - t0 ))" "$size" >&2
-    fi
-  done
-  if wait "$pid"; then rc=0; else rc=$?; fi
+  _step_ticker "$t0" "$grow" "$$" &
+  ticker=$!
+  if "$@" >"$logfile" 2>&1; then rc=0; else rc=$?; fi
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
   if ((rc != 0)); then
     printf '    failed after %s s (exit %s); last lines of %s:\n' "$(( $(now) - t0 ))" "$rc" "$logfile" >&2
     tail -n 25 "$logfile" | sed 's/^/    | /' >&2
     die "${fail:-$label failed}"
   fi
   printf '    done in %s s\n' "$(( $(now) - t0 ))" >&2
+}
+
+# step's progress line every 15 s, for as long as the script (PID $3) lives
+_step_ticker() {
+  local t0="$1" grow="$2" parent="$3" size
+  while sleep 15; do
+    kill -0 "$parent" 2>/dev/null || return 0
+    size=""
+    # (du fails on files that vanish while it counts: a size is a hint)
+    [[ -z "$grow" ]] || size="$( { du -sh "$grow" 2>/dev/null || true; } | cut -f1)"
+    printf '    ... %s s%s\n' "$(( $(now) - t0 ))" "${size:+, $size so far}" >&2
+  done
 }

@@ -46,14 +46,19 @@ for minor in $(seq 36 -1 17); do
 done
 PLATFORMS+=(--platform manylinux2014_x86_64 --platform linux_x86_64 --platform any)
 WANTED="$(grep -cEv '^[[:space:]]*(#|$)' "$REQ")"
+# pip downloads into its temporary directory and copies a wheel to -d when
+# it is whole: with that directory inside $TMP, the progress line counts the
+# wheels being downloaded too
+mkdir -p "$TMP/.pip-tmp"
 # shellcheck disable=SC2086
 step "downloading $WANTED wheels for $(basename "$REQ") ${DEPS:-with dependencies} into $GPUFLEET_WHEELHOUSE" \
   "$GPUFLEET_CACHE/logs/wheelhouse-$(basename "$REQ" .txt).log" --size "$TMP" \
   --fail "could not download the wheels of $REQ (is the package index reachable?)" -- \
-  "$PY" -m pip download $DEPS --progress-bar off --only-binary=:all: \
+  env TMPDIR="$TMP/.pip-tmp" "$PY" -m pip download $DEPS --progress-bar off --only-binary=:all: \
     --python-version 3.11 --implementation cp --abi cp311 \
     "${PLATFORMS[@]}" \
     -r "$REQ" -d "$TMP"
+rm -rf "$TMP/.pip-tmp"
 : >"$TMP/.stamp"
 for whl in "$TMP"/*.whl; do
   "$PY" - "$whl" <<'PYEOF' || die "downloaded file $whl is not a readable wheel"
