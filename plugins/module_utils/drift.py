@@ -99,23 +99,48 @@ def check_integrity(env, dist_name="vllm", max_list=10, run_command=None):
         return None, str(exc)
 
 
+# what each RECORD drift class means, for a person reading the drift report
+INTEGRITY_WORDS = {
+    "modified": "modified",
+    "size_differs": "of another size than RECORD says",
+    "missing": "missing",
+    "unreadable": "unreadable",
+    "unowned": "not in RECORD",
+    "outside": "outside the environment",
+    "malformed": "with a malformed RECORD line",
+}
+INTEGRITY_FILES_SHOWN = 3
+
+
+def _files(count, words):
+    return "%d file%s %s" % (count, "" if count == 1 else "s", words)
+
+
 def integrity_text(result, problem=None):
-    """The integrity cell of a row: "pristine", or the verdict short enough for a table."""
+    """The integrity cell of a row: "pristine", or the verdict in words, whole.
+
+    Up to INTEGRITY_FILES_SHOWN offending files are named with their whole
+    paths, and how many more there are; nothing is cut in the middle.
+    """
     if not result:
-        return _clip(problem or "no vLLM environment found")
+        return " ".join(str(problem or "no vLLM environment found").split())
     if result.get("pristine"):
         return "pristine"
     if not result.get("verifiable"):
-        return _clip("cannot be verified: %s" % (result.get("reason") or "unknown reason"))
+        return " ".join(("cannot be verified: %s" % (result.get("reason") or "unknown reason")).split())
     counts = result.get("counts") or {}
-    parts = ", ".join("%d %s" % (counts[c], c.replace("_", " ")) for c in INTEGRITY_CLASSES if counts.get(c))
-    first = ", ".join(o["path"] for o in (result.get("offenders") or [])[:3])
+    parts = ", ".join(_files(counts[c], INTEGRITY_WORDS.get(c, c.replace("_", " ")))
+                      for c in INTEGRITY_CLASSES if counts.get(c))
+    offenders = [o["path"] for o in (result.get("offenders") or [])]
     text = "not pristine: %s" % (parts or "drift")
     if result.get("uv_cache_tainted"):
         text += "; the edit is also in uv's cache"
-    if first:
-        text += " (first: %s)" % first
-    return _clip(text)
+    if offenders:
+        named = offenders[:INTEGRITY_FILES_SHOWN]
+        more = sum(counts.get(c, 0) for c in INTEGRITY_CLASSES) - len(named)
+        label = "file" if len(named) == 1 else "files"
+        text += "; %s: %s%s" % (label, ", ".join(named), " and %d more" % more if more > 0 else "")
+    return text
 
 
 def read_unit(run_command, systemctl, unit):
@@ -128,7 +153,7 @@ def read_unit(run_command, systemctl, unit):
         return state
     rc, out, err = run_command([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit])
     if rc != 0:
-        state["error"] = _clip("systemctl show %s failed (exit status %d): %s" % (unit, rc, (err or out).strip()))
+        state["error"] = _clip("systemctl show %s failed (exit status %d): %s" % (unit, rc, (err or out).strip()), 600)
         return state
     for line in out.splitlines():
         key, sep, value = line.partition("=")

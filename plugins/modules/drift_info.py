@@ -241,10 +241,12 @@ row:
       type: bool
     integrity:
       description:
-        - V(pristine), or the verdict short enough for a table (at most 160 characters). It gives the counts of each
-          kind of drift and the first files, or why no verdict was possible. RV(integrity.msg) has the whole sentence.
+        - V(pristine), or the verdict in words, nothing cut. It gives the count of each kind of drift, whether uv's
+          cache holds the edit too, and up to three offending files with their whole paths (and how many more there
+          are), or why no verdict was possible. RV(integrity.msg) has the whole sentence.
       type: str
-      sample: "not pristine: 2 size differs; the edit is also in uv's cache (first: vllm/model_executor/models/deepseek_v2.py)"
+      sample: "not pristine: 2 files of another size than RECORD says; the edit is also in uv's cache; files:
+        vllm/model_executor/model_loader/weight_utils.py, vllm/model_executor/models/deepseek_v2.py"
     config_keys_present:
       description: The SM120 KV-cache keys present in the model configs.
       type: int
