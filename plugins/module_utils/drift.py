@@ -55,13 +55,13 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
 DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
 CONFIG_POLICIES = ("auto", "strip", "keep")
-INTEGRITY_TEXT_MAX = 160
 LIST_MAX = 20
 
 
-def _clip(text, limit=INTEGRITY_TEXT_MAX):
+def _clip(text, limit=None):
+    """The text on one line (white space folded), cut to ``limit`` characters unless it is None."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
 
 
 def resolve_environment(link=None, venv=None):
@@ -123,11 +123,11 @@ def integrity_text(result, problem=None):
     paths, and how many more there are; nothing is cut in the middle.
     """
     if not result:
-        return " ".join(str(problem or "no vLLM environment found").split())
+        return _clip(problem or "no vLLM environment found")
     if result.get("pristine"):
         return "pristine"
     if not result.get("verifiable"):
-        return " ".join(("cannot be verified: %s" % (result.get("reason") or "unknown reason")).split())
+        return _clip("cannot be verified: %s" % (result.get("reason") or "unknown reason"))
     counts = result.get("counts") or {}
     parts = ", ".join(_files(counts[c], INTEGRITY_WORDS.get(c, c.replace("_", " ")))
                       for c in INTEGRITY_CLASSES if counts.get(c))
