@@ -12,14 +12,46 @@ import os
 MIB = 1024 * 1024
 
 
+class PathCannotExist(ValueError):
+    """The path lies below something that is not a directory, so it can never be created."""
+
+    def __init__(self, path, blocker, kind):
+        self.path = path
+        self.blocker = blocker
+        self.kind = kind
+        super(PathCannotExist, self).__init__(
+            "%s cannot exist: %s is %s, not a directory, so nothing can be created below it"
+            % (shown(path), shown(blocker), kind))
+
+
+def shown(path):
+    """PATH as valid text for a message or result: odd bytes as backslash escapes."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _kind(path):
+    if os.path.isfile(path):
+        return "a regular file"
+    return "not a directory (a device, socket or pipe)"
+
+
 def nearest_existing(path):
-    """PATH itself, or its nearest ancestor that exists (links are followed, as the filesystem would)."""
+    """PATH itself, or its nearest ancestor that exists (links are followed, as the filesystem would).
+
+    Raises PathCannotExist when that ancestor is not a directory (a regular
+    file, a device...): PATH lies below it and can never be created there.
+    """
     path = os.path.abspath(path)
+    start = path
     while not os.path.exists(path):
         parent = os.path.dirname(path)
         if parent == path:
             break
         path = parent
+    if path != start and not os.path.isdir(path):
+        raise PathCannotExist(start, path, _kind(path))
     return path
 
 
@@ -45,9 +77,9 @@ def free_space(path, statvfs=os.statvfs):
     st = statvfs(checked)
     frsize = st.f_frsize or st.f_bsize
     return {
-        "path": path,
-        "checked": checked,
-        "mount": mount_point(checked),
+        "path": shown(path),
+        "checked": shown(checked),
+        "mount": shown(mount_point(checked)),
         "exists": checked == os.path.abspath(path),
         "free_mib": (st.f_bavail * frsize) // MIB,
         "total_mib": (st.f_blocks * frsize) // MIB,

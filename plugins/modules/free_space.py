@@ -14,7 +14,8 @@ short_description: Free space on the filesystem that would hold a path, with an 
 version_added: 0.1.0
 description:
   - Measures the filesystem that holds O(path), or would hold it when it does not exist yet (its nearest existing
-    ancestor is measured), with C(statvfs). Works for every filesystem type, including overlay, tmpfs, ZFS and NFS,
+    ancestor is measured), with C(statvfs). When that ancestor is not a directory (O(path) lies below a regular
+    file, for example), the module fails and names it, since O(path) could never be created. Works for every filesystem type, including overlay, tmpfs, ZFS and NFS,
     unlike the mount facts of M(ansible.builtin.setup), which list only block devices.
   - With O(min_free_mib), fails before anything is written when less space is free, with a message that says where,
     how much and what to do.
@@ -67,6 +68,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+blocker:
+  description: On failure because O(path) cannot exist, the existing component that is not a directory.
+  returned: when O(path) lies below a regular file or another non-directory
+  type: str
+  sample: /opt/vllm/envs
 path:
   description: The path that was asked about.
   returned: always
@@ -101,7 +107,7 @@ total_mib:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import free_space
+from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import PathCannotExist, free_space, shown
 
 
 def main():
@@ -120,14 +126,18 @@ def main():
         module.fail_json(msg="min_free_mib must be 0 or more, got %d." % module.params["min_free_mib"])
     try:
         result = free_space(path)
+    except PathCannotExist as exc:
+        module.fail_json(msg="%s. Point path at a directory. Nothing was changed." % to_native(exc),
+                         changed=False, path=shown(path), blocker=shown(exc.blocker))
     except OSError as exc:
-        module.fail_json(msg="Could not measure the free space for %s: %s." % (path, to_native(exc)))
+        module.fail_json(msg="Could not measure the free space for %s: %s. Nothing was changed." % (shown(path), to_native(exc)),
+                         changed=False, path=shown(path))
     needed = module.params["min_free_mib"]
     if needed and result["free_mib"] < needed:
         module.fail_json(
             msg="Only %d MiB are free for %s (filesystem mounted at %s); %s needs %d MiB. Free space there or "
                 "point it at another filesystem. Nothing was changed."
-                % (result["free_mib"], path, result["mount"], module.params["purpose"], needed),
+                % (result["free_mib"], shown(path), result["mount"], module.params["purpose"], needed),
             changed=False, **result)
     module.exit_json(changed=False, **result)
 

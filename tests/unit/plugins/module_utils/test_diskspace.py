@@ -10,6 +10,8 @@ __metaclass__ = type
 import collections
 import os
 
+import pytest
+
 from ansible_collections.gpufleet.vllm.plugins.module_utils import diskspace
 
 StatVFS = collections.namedtuple("StatVFS", "f_bsize f_frsize f_blocks f_bavail")
@@ -44,3 +46,17 @@ def test_free_space_matches_the_real_filesystem(tmp_path):
     assert result["free_mib"] == st.f_bavail * st.f_frsize // (1024 * 1024)
     assert os.path.ismount(result["mount"])
     assert str(tmp_path).startswith(result["mount"])
+
+
+def test_nearest_existing_refuses_a_path_below_a_regular_file(tmp_path):
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(diskspace.PathCannotExist) as exc:
+        diskspace.nearest_existing(str(tmp_path / "file" / "a" / "b"))
+    assert exc.value.blocker == str(tmp_path / "file")
+    assert exc.value.kind == "a regular file"
+    assert str(exc.value).startswith("%s cannot exist: %s is a regular file" % (tmp_path / "file" / "a" / "b", tmp_path / "file"))
+
+
+def test_shown_escapes_odd_bytes():
+    assert diskspace.shown(b"/opt/\xff\xfe") == "/opt/\\xff\\xfe"
+    assert diskspace.shown(os.fsdecode(b"/opt/\xff")).encode("utf-8")

@@ -63,3 +63,30 @@ def test_too_little_space_fails_with_a_plain_message(run, tmp_path):
 def test_bad_input(run, args, needle):
     code, result = run(args)
     assert code == 1 and needle in result["msg"]
+
+
+def test_a_path_below_a_regular_file_fails_naming_the_file(run, tmp_path):
+    (tmp_path / "models").write_text("not a directory\n")
+    target = tmp_path / "models" / "llama" / "weights"
+    code, result = run({"path": str(target), "min_free_mib": 1})
+    assert code == 1
+    assert result["failed"] is True and result["changed"] is False
+    assert result["blocker"] == str(tmp_path / "models")
+    assert "%s cannot exist: %s is a regular file" % (target, tmp_path / "models") in result["msg"]
+    assert "free_mib" not in result
+    assert (tmp_path / "models").read_text() == "not a directory\n"
+
+
+def test_a_path_below_a_link_to_a_file_fails_too(run, tmp_path):
+    (tmp_path / "real").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    code, result = run({"path": str(tmp_path / "link" / "sub")})
+    assert code == 1
+    assert result["blocker"] == str(tmp_path / "link")
+    assert "is a regular file" in result["msg"]
+
+
+def test_a_regular_file_itself_is_measured(run, tmp_path):
+    (tmp_path / "f").write_text("x")
+    code, result = run({"path": str(tmp_path / "f")})
+    assert code == 0 and result["exists"] is True and result["checked"] == str(tmp_path / "f")
