@@ -30,9 +30,16 @@ Filters:
     ``wrap=true`` one word per line, joined by backslash continuations.
 ``systemd_environment(env)``
     A dict as a list of ``Environment="NAME=value"`` lines, sorted by name.
-``systemd_value(text)``
+``systemd_value(text, name=None)``
     A plain one-line setting (``Description=``, ``User=``,
-    ``WorkingDirectory=``): ``%`` doubled, line breaks refused.
+    ``WorkingDirectory=``) or the text of a comment line: ``%`` doubled;
+    control characters (a line break would start a new line, hence a new
+    section or directive) and a trailing backslash (a line continuation that
+    would swallow the next directive) refused, with an error naming ``name``.
+``systemd_unit_name(text, name=None)``
+    A unit name (``vllm-kimi-k25`` or ``vllm-kimi-k25.service``) checked
+    against systemd's rules for unit names, as ``<name>.service``: it becomes
+    a file name under the unit directory, so no ``/`` and no ``..``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -42,6 +49,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import describe_control, shown
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMED_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -123,12 +131,49 @@ def systemd_environment(env):
     return lines
 
 
-def systemd_value(text):
-    """A one-line unit setting value: % doubled; newlines refused."""
-    value = _word_text(text, "the unit setting")
-    if "\n" in value or "\r" in value:
-        raise AnsibleFilterError("a unit setting cannot hold a line break: %r" % (value,))
+def systemd_value(text, name=None):
+    """A one-line unit setting value: % doubled; control characters and a trailing backslash refused."""
+    name = name or "the unit setting"
+    value = _word_text(text, name)
+    problem = describe_control(value, name)
+    if problem:
+        raise AnsibleFilterError(problem)
+    if value.endswith("\\"):
+        raise AnsibleFilterError(
+            "%s ends in a backslash (%s): systemd would read it as a line continuation and join the next "
+            "line of the unit to it" % (name, shown(value)))
     return value.replace("%", "%%")
+
+
+# systemd.unit(5): a unit name is at most 255 characters of ASCII letters,
+# digits, ":", "-", "_", ".", "\\" and "@" (plus the type suffix).
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
+
+
+def systemd_unit_name(text, name=None):
+    """A service unit name as <name>.service, refused unless systemd would accept it as one file name."""
+    name = name or "the unit name"
+    value = _word_text(text, name)
+    problem = describe_control(value, name)
+    if problem:
+        raise AnsibleFilterError(problem)
+    base = value[:-len(".service")] if value.endswith(".service") else value
+    problem = None
+    if not base:
+        problem = "is empty"
+    elif not _UNIT_NAME.match(base):
+        problem = ("holds characters a unit name cannot have (only letters, digits and : - _ . @ \\ are allowed; "
+                   "no /, no spaces)")
+    elif base.startswith(("-", ".")) or ".." in base:
+        problem = "starts with - or . or holds '..'"
+    elif base.endswith("@"):
+        problem = "is a template (it ends in @): give an instance, for example vllm@kimi"
+    elif len(base) + len(".service") > 255:
+        problem = "is longer than the 255 characters systemd allows"
+    if problem:
+        raise AnsibleFilterError("%s %s %s: give the unit's name, for example vllm-kimi-k25"
+                                 % (name, shown(value), problem))
+    return base + ".service"
 
 
 class FilterModule(object):
@@ -140,4 +185,5 @@ class FilterModule(object):
             "systemd_exec_args": systemd_exec_args,
             "systemd_environment": systemd_environment,
             "systemd_value": systemd_value,
+            "systemd_unit_name": systemd_unit_name,
         }

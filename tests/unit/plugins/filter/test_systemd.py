@@ -14,6 +14,7 @@ ExecStart``).
 import re
 
 import pytest
+from hypothesis import given, settings, strategies as st
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.filter.systemd import (
@@ -21,8 +22,10 @@ from ansible_collections.gpufleet.vllm.plugins.filter.systemd import (
     systemd_environment,
     systemd_exec_args,
     systemd_quote,
+    systemd_unit_name,
     systemd_value,
 )
+from ansible_collections.gpufleet.vllm.plugins.filter.values import value_problems
 
 C_ESCAPES = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r"}
 
@@ -63,7 +66,7 @@ def systemd_read_words(line):
 
 def test_filters_are_registered():
     assert sorted(FilterModule().filters()) == ["systemd_environment", "systemd_exec_args", "systemd_quote",
-                                                "systemd_value"]
+                                                "systemd_unit_name", "systemd_value"]
 
 
 @pytest.mark.parametrize("word, quoted", [
@@ -174,3 +177,88 @@ def test_value_doubles_percent_and_refuses_line_breaks():
     assert systemd_value("/srv/vllm $HOME") == "/srv/vllm $HOME"
     with pytest.raises(AnsibleFilterError, match="line break"):
         systemd_value("two\nlines")
+
+
+@pytest.mark.parametrize("value, words", [
+    ("vLLM\tx", "service_description holds a control character (U+0009) at character 5 of 'vLLM\\tx'"),
+    ("a\x85b", "service_description holds a line break (U+0085)"),
+    ("a\u2028b", "service_description holds a line break (U+2028)"),
+    ("a\x1bb", "service_description holds a control character (U+001B)"),
+    ("vLLM\\", "service_description ends in a backslash"),
+])
+def test_value_names_the_variable_and_shows_the_value_escaped(value, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        systemd_value(value, "service_description")
+    assert words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_value_error_cuts_a_long_value():
+    with pytest.raises(AnsibleFilterError) as err:
+        systemd_value("x" * 10000 + "\n", "service_description")
+    assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("name, unit", [
+    ("vllm-kimi-k25", "vllm-kimi-k25.service"),
+    ("vllm-kimi-k25.service", "vllm-kimi-k25.service"),
+    ("vllm@kimi", "vllm@kimi.service"),
+    ("a:b_c.d\\x2d", "a:b_c.d\\x2d.service"),
+])
+def test_unit_name_accepts_systemd_names(name, unit):
+    assert systemd_unit_name(name, "service_unit_name") == unit
+
+
+@pytest.mark.parametrize("name, words", [
+    ("../../etc/cron.d/x", "cannot have"),
+    ("vllm kimi", "cannot have"),
+    ("", "is empty"),
+    (".service", "is empty"),
+    ("-vllm", "starts with -"),
+    (".hidden", "starts with -"),
+    ("a..b", "holds '..'"),
+    ("vllm@", "is a template"),
+    ("x" * 250, "255 characters"),
+    ("vllm\nx", "holds a line break"),
+])
+def test_unit_name_refuses_what_is_not_one_unit_file_name(name, words):
+    with pytest.raises(AnsibleFilterError) as err:
+        systemd_unit_name(name, "service_unit_name")
+    assert "service_unit_name" in str(err.value)
+    assert words in str(err.value)
+
+
+def test_value_problems_names_each_variable_and_item():
+    problems = value_problems({
+        "ok": "/models/kimi", "n": 5, "flag": True, "none": None,
+        "lst": ["a", "b\nc"], "env": {"K": "v\r", "B\nAD": "x"},
+        "pkgs": ["vllm", "--index-url=http://x"], "model": "-m",
+    }, options=["pkgs", "model"])
+    assert problems[0].startswith("lst[1] holds a line break (U+000A)")
+    assert problems[1].startswith("env.K holds a line break (U+000D)")
+    assert problems[2].startswith("env (a key) holds a line break (U+000A)")
+    assert problems[3] == ("pkgs[1] is '--index-url=http://x', which starts with '-': the program would read it as "
+                           "an option of its own, not as a value")
+    assert problems[4].startswith("model is '-m', which starts with '-'")
+    assert len(problems) == 5
+
+
+def test_value_problems_refuses_bad_arguments():
+    with pytest.raises(AnsibleFilterError, match="needs a dict"):
+        value_problems(["x"])
+    with pytest.raises(AnsibleFilterError, match="not among the values checked"):
+        value_problems({"a": "x"}, options=["b"])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.text(max_size=40))
+def test_value_problems_flags_exactly_the_values_that_could_break_a_line(text):
+    problems = value_problems({"v": text})
+    unsafe = any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in "\u2028\u2029" for c in text)
+    assert bool(problems) == unsafe
+    for problem in problems:
+        assert not any(ord(c) < 0x20 for c in problem)
+    if not unsafe:
+        rendered = systemd_value(text, "v") if not text.endswith("\\") else None
+        if rendered is not None:
+            assert "\n" not in rendered and "\r" not in rendered

@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Checks for values that reach a file, a unit or a command line.
+
+Shared by the filters that render systemd units and by the roles' checks of
+their variables: one definition of "control character" and one way of
+showing a hostile value in an error (escaped, on one line, cut short).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+LINE_BREAKS = u"\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def control_character(text):
+    """(index, char) of the first control character in text, or None.
+
+    Control characters are C0 (below U+0020), DEL, C1 (U+0080-U+009F) and
+    the Unicode line and paragraph separators: anything that could end a line
+    or hide itself in a terminal.
+    """
+    for index, char in enumerate(text):
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code <= 0x9F or code in (0x2028, 0x2029):
+            return index, char
+    return None
+
+
+def shown(text, limit=80):
+    """A value as one printable line for an error: escaped, quoted, cut to about limit characters."""
+    escaped = text.encode("unicode_escape").decode("ascii")
+    if len(escaped) > limit:
+        escaped = escaped[:limit] + "..."
+    return "'%s'" % escaped
+
+
+def describe_control(text, name, rule="a value that goes into a systemd unit must be one line of printable text"):
+    """The error for a control character in text, the value of name (None when there is none)."""
+    found = control_character(text)
+    if found is None:
+        return None
+    index, char = found
+    what = "a line break" if char in LINE_BREAKS else "a control character"
+    return "%s holds %s (U+%04X) at character %d of %s: %s" % (name, what, ord(char), index + 1, shown(text), rule)
+
+
+def value_problems(values, options=(), rule="a value that reaches a file, a unit or a command line must be printable text"):
+    """The problems of named values, one message each, naming the variable (and the item inside it).
+
+    values: a dict of variable name -> value (strings, numbers, lists and
+    dicts of them). Every string, every list item and every dict key and value
+    must be free of control characters. Names in options are words of a
+    command line that must not be read as an option: none of their strings
+    (or list items) may start with "-".
+    """
+    problems = []
+
+    def walk(path, value, as_word):
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "backslashreplace")
+        if isinstance(value, str):
+            problem = describe_control(value, path, rule)
+            if problem:
+                problems.append(problem)
+            elif as_word and value.startswith("-"):
+                problems.append("%s is %s, which starts with '-': the program would read it as an option of its "
+                                "own, not as a value" % (path, shown(value)))
+        elif isinstance(value, dict):
+            for key in value:
+                key_text = key if isinstance(key, str) else str(key)
+                problem = describe_control(key_text, "%s (a key)" % path, rule)
+                if problem:
+                    problems.append(problem)
+                else:
+                    walk("%s.%s" % (path, key_text), value[key], as_word)
+        elif isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                walk("%s[%d]" % (path, index), item, as_word)
+
+    for name in values:
+        walk(name, values[name], name in options)
+    return problems
