@@ -76,8 +76,10 @@ import io
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 import zipfile
@@ -117,12 +119,27 @@ _TEXT_LIMIT = 4 << 20     # largest file that is scanned or diffed
 _MAX_ARCHIVE_ENTRIES = 100000
 _RECORD_LIMIT = 256 << 20
 
-_PROBE = ("import json, site, sys, sysconfig; p = sysconfig.get_paths(); "
-          "g = getattr(site, 'getsitepackages', lambda: [])(); "
+#: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
+#: (``.pth`` files, sitecustomize) run, so the venv is found from its
+#: ``pyvenv.cfg`` here (Python before 3.11 sets ``sys.prefix`` in site.py).
+_PROBE = ("import json, os, site, sys, sysconfig\n"
+          "prefix = sys.prefix\n"
+          "here = os.path.dirname(os.path.abspath(sys.executable))\n"
+          "for cand in (here, os.path.dirname(here)):\n"
+          "    if os.path.isfile(os.path.join(cand, 'pyvenv.cfg')):\n"
+          "        prefix = cand\n"
+          "        break\n"
+          "v = {'base': prefix, 'platbase': prefix} if prefix != sys.prefix else None\n"
+          "p = sysconfig.get_paths(vars=v) if v else sysconfig.get_paths()\n"
+          "g = getattr(site, 'getsitepackages', lambda *a: [])([prefix])\n"
           "print(json.dumps({'purelib': p.get('purelib'), 'platlib': p.get('platlib'), 'site': g, "
-          "'scripts': p.get('scripts'), 'data': p.get('data'), 'prefix': sys.prefix, "
+          "'scripts': p.get('scripts'), 'data': p.get('data'), 'prefix': prefix, "
           "'base_prefix': getattr(sys, 'base_prefix', sys.prefix), "
-          "'version': '%d.%d.%d' % sys.version_info[:3]}))")
+          "'version': '%d.%d.%d' % sys.version_info[:3]}))\n")
+
+#: Seconds the target interpreter may take to answer (the python option).
+PROBE_TIMEOUT = 30
+_PROBE_OUTPUT_LIMIT = 1 << 20
 
 _O_READ = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
@@ -161,15 +178,36 @@ class Environment:
                 "root": self.root, "source": self.source}
 
 
-def _default_run(argv):
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL, timeout=120, check=False)
-    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+def _read_capped(handle, limit):
+    handle.seek(0)
+    return handle.read(limit).decode("utf-8", "replace")
+
+
+def _default_run(argv, timeout=PROBE_TIMEOUT):
+    """Run ``argv`` (a list, no shell) in its own session; kill the whole
+    session after ``timeout`` seconds.  Output goes to temporary files and at
+    most 1 MiB of each is read.  Returns ``(rc, stdout, stderr)``; raises
+    :class:`subprocess.TimeoutExpired` when the deadline passed."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True, close_fds=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            proc.wait()
+            raise
+        return rc, _read_capped(out, _PROBE_OUTPUT_LIMIT), _read_capped(err, _PROBE_OUTPUT_LIMIT)
 
 
 def probe_argv(python):
-    """The list-argument command that asks ``python`` for its install paths."""
-    return [python, "-I", "-c", _PROBE]
+    """The list-argument command that asks ``python`` for its install paths:
+    isolated (``-I``) and without the site module (``-S``), so no ``.pth``
+    file, sitecustomize or usercustomize of the target environment runs."""
+    return [python, "-I", "-S", "-c", _PROBE]
 
 
 def parse_probe(python, rc, out, err):
@@ -231,12 +269,13 @@ def _guess_scripts_dir(site_packages):
     return None, None
 
 
-def locate_environment(python=None, venv=None, site_packages=None, run_command=None):
+def locate_environment(python=None, venv=None, site_packages=None, run_command=None, timeout=PROBE_TIMEOUT):
     """Find site-packages and ``bin/`` from exactly one of the three inputs.
 
     ``python`` is run as a list-argument subprocess (``run_command(argv) ->
     (rc, stdout, stderr)``; default :func:`subprocess.run`) so the target
-    interpreter may differ from the one running this code.
+    interpreter may differ from the one running this code.  It is killed
+    after ``timeout`` seconds.
     """
     given = [n for n, v in (("python", python), ("venv", venv), ("site_packages", site_packages)) if v]
     if len(given) != 1:
@@ -248,9 +287,16 @@ def locate_environment(python=None, venv=None, site_packages=None, run_command=N
                 "The Python interpreter %s does not exist or is not executable on this host. "
                 "Point python at the environment's interpreter (for example /root/ml-env/bin/python)."
                 % python)
-        run = run_command or _default_run
         try:
-            rc, out, err = run(probe_argv(python))
+            if run_command is None:
+                rc, out, err = _default_run(probe_argv(python), timeout)
+            else:
+                rc, out, err = run_command(probe_argv(python))
+        except subprocess.TimeoutExpired:
+            raise IntegrityError(
+                "The Python interpreter %s did not report its site-packages within %s seconds (python_timeout) "
+                "and was stopped; nothing was checked. It was run with -I -S (no site hooks); check that it starts, "
+                "or give the venv or site_packages option instead." % (python, timeout))
         except (OSError, subprocess.SubprocessError) as exc:
             raise IntegrityError("Could not run the Python interpreter %s: %s." % (python, exc))
         return parse_probe(python, rc, out, err)

@@ -48,8 +48,17 @@ options:
       - The Python interpreter of the target environment, for example C(/root/ml-env/bin/python). It is run once
         (without a shell) to ask for its site-packages and scripts directories, so it may differ from the
         interpreter Ansible runs this module with.
+      - It runs with C(-I -S), so none of the environment's start-up hooks (C(.pth) files, C(sitecustomize),
+        C(usercustomize)) runs as the user of the module; a virtual environment is recognised by its C(pyvenv.cfg).
+        It is stopped after O(python_timeout) seconds and the task fails saying so.
       - Exactly one of O(python), O(venv) and O(site_packages) is required.
     type: path
+  python_timeout:
+    description:
+      - Seconds the O(python) interpreter may take to answer before it (and anything it started) is killed and the
+        task fails. At most 1 MiB of its output is read.
+    type: int
+    default: 30
   venv:
     description:
       - The root of the target virtual environment; its C(lib/python*/site-packages) is used and nothing is run.
@@ -334,6 +343,7 @@ def main():
         argument_spec=dict(
             name=dict(type="str", default="vllm"),
             python=dict(type="path"),
+            python_timeout=dict(type="int", default=30),
             venv=dict(type="path"),
             site_packages=dict(type="path"),
             wheel=dict(type="path"),
@@ -353,12 +363,12 @@ def main():
     if params["diff_max_bytes"] < 256:
         module.fail_json(msg="diff_max_bytes must be 256 or more (got %d)." % params["diff_max_bytes"])
 
-    def run(argv):
-        return module.run_command(argv, check_rc=False)
+    if params["python_timeout"] < 1:
+        module.fail_json(msg="python_timeout must be 1 or more seconds (got %d)." % params["python_timeout"])
 
     try:
         environment = locate_environment(python=params["python"], venv=params["venv"],
-                                         site_packages=params["site_packages"], run_command=run)
+                                         site_packages=params["site_packages"], timeout=params["python_timeout"])
         result = verify(dist_name=params["name"], environment=environment, wheel=params["wheel"],
                         patterns=params["patterns"], uv_cache_dirs=params["uv_cache_dir"],
                         max_list=params["max_list"], diff_max_bytes=params["diff_max_bytes"])

@@ -757,7 +757,7 @@ def test_locate_environment_uses_the_given_runner_with_a_list(env):
         seen.append(argv)
         return 0, '{"purelib": "%s", "platlib": "%s", "scripts": "/x/bin", "prefix": "/x"}\n' % (env.site, env.site), ""
     located = integrity.locate_environment(python=sys.executable, run_command=runner)
-    assert isinstance(seen[0], list) and seen[0][:3] == [sys.executable, "-I", "-c"]
+    assert isinstance(seen[0], list) and seen[0][:4] == [sys.executable, "-I", "-S", "-c"]
     assert located.site_dirs == [env.site] and located.scripts_dir == "/x/bin"
 
 

@@ -188,3 +188,13 @@ def test_ansible_doc_renders(tmp_path):
     assert "fail_on_drift" in data["doc"]["options"]
     assert "uv_cache_tainted" in data["return"]
     assert "gpufleet.vllm.package_integrity" in data["examples"]
+
+
+def test_hanging_python_fails_at_python_timeout_with_a_clear_message(run, tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!%s -S\nimport time\ntime.sleep(60)\n" % sys.executable)
+    fake.chmod(0o755)
+    code, result = run({"python": str(fake), "name": "demo", "python_timeout": 1})
+    assert code == 1 and result["failed"] is True and result["changed"] is False
+    assert "%s did not report its site-packages within 1 seconds (python_timeout)" % fake in result["msg"]
+    assert "Traceback" not in json.dumps(result)

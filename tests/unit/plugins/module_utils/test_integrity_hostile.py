@@ -1,0 +1,80 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""integrity: hostile environments and odd trees (issue 14).
+
+Real virtual environments with ``.pth`` hooks that would run code, a
+site-packages reached through a symbolic link, deep trees and hostile RECORD
+files; each test makes the fault happen and checks the result.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import load_source
+from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError
+
+helpers = load_source("gpufleet_integrity_helpers_hostile", "tests", "unit", "plugins", "module_utils", "test_integrity.py")
+
+
+def make_venv(path):
+    """A real venv (no pip) made by the running interpreter; returns (root, python, site-packages)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    python = os.path.join(str(path), "bin", "python")
+    site = os.path.join(str(path), "lib", helpers.PYDIR, "site-packages")
+    assert os.path.isdir(site)
+    return str(path), python, site
+
+
+# ---------------------------------------------------------------------------
+# Item 2: the python probe runs no site hooks and has a deadline
+# ---------------------------------------------------------------------------
+
+def test_probe_runs_no_pth_hook_and_still_finds_the_venv(tmp_path):
+    root, python, site = make_venv(tmp_path / "venv")
+    marker = tmp_path / "pwned"
+    with open(os.path.join(site, "evil.pth"), "w") as handle:
+        handle.write("import pathlib; pathlib.Path(%r).write_text('ran')\n" % str(marker))
+    # the hook is live: a normal start of this interpreter runs it
+    subprocess.run([python, "-c", "pass"], check=True, timeout=60)
+    assert marker.exists()
+    marker.unlink()
+
+    located = integrity.locate_environment(python=python)
+    assert not marker.exists(), "the probe ran the environment's .pth hook"
+    assert os.path.realpath(located.site_dirs[0]) == os.path.realpath(site)
+    assert os.path.realpath(located.scripts_dir) == os.path.realpath(os.path.join(root, "bin"))
+    assert os.path.realpath(located.root) == os.path.realpath(root)
+
+
+def test_probe_of_a_sleeping_pth_does_not_hang(tmp_path):
+    root, python, site = make_venv(tmp_path / "venv")
+    with open(os.path.join(site, "slow.pth"), "w") as handle:
+        handle.write("import time; time.sleep(30)\n")
+    started = time.monotonic()
+    located = integrity.locate_environment(python=python, timeout=10)
+    assert time.monotonic() - started < 10
+    assert os.path.realpath(located.site_dirs[0]) == os.path.realpath(site)
+
+
+def test_probe_of_a_hanging_interpreter_is_killed_at_the_deadline(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text("#!%s -S\nimport time\ntime.sleep(60)\n" % sys.executable)
+    fake.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(IntegrityError) as exc:
+        integrity.locate_environment(python=str(fake), timeout=1)
+    assert time.monotonic() - started < 5
+    message = str(exc.value)
+    assert str(fake) in message and "within 1 seconds" in message and "python_timeout" in message
