@@ -259,13 +259,14 @@ def venv_site_dirs(venv):
 
 
 def _guess_scripts_dir(site_packages):
-    """``<prefix>/bin`` for ``<prefix>/lib*/python*/{site,dist}-packages``."""
-    real = os.path.realpath(site_packages)
-    pyver = os.path.dirname(real)
-    lib = os.path.dirname(pyver)
-    if os.path.basename(pyver).startswith("python") and os.path.basename(lib) in ("lib", "lib64"):
-        root = os.path.dirname(lib)
-        return os.path.join(root, "bin"), root
+    """``<prefix>/bin`` for ``<prefix>/lib*/python*/{site,dist}-packages``, as
+    given (a linked site-packages keeps its environment) or else resolved."""
+    for path in (os.path.abspath(site_packages), os.path.realpath(site_packages)):
+        pyver = os.path.dirname(path)
+        lib = os.path.dirname(pyver)
+        if os.path.basename(pyver).startswith("python") and os.path.basename(lib) in ("lib", "lib64"):
+            root = os.path.dirname(lib)
+            return os.path.join(root, "bin"), root
     return None, None
 
 
@@ -1174,6 +1175,7 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     dist_info_rel = os.path.relpath(os.path.realpath(meta_path), real_site).replace(os.sep, "/")
     skip_unhashed = set(dist_info_rel + "/" + name for name in _UNHASHED_BY_DESIGN)
     prefix = real_site + os.sep
+    lexical_site = os.path.abspath(site)
     dir_memo = {"": "ok"}
     seen_outside = set()
 
@@ -1206,6 +1208,14 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
                         check.add("modified", {"path": rel, "reason": reason})
                     return None
             return rel, full, rel
+        if lexical_site != real_site and not (real_scripts and _within(full, real_scripts)):
+            # site-packages is reached through a symbolic link: the installer
+            # wrote ../../../bin/NAME relative to the path it was given, not
+            # to the link's target; judge the file by its resolved directory.
+            lexical = os.path.normpath(os.path.join(lexical_site, raw))
+            resolved = os.path.join(os.path.realpath(os.path.dirname(lexical)), os.path.basename(lexical))
+            if real_scripts and _within(resolved, real_scripts):
+                full = resolved
         if full in seen_outside:
             check.add("malformed", {"line": row.line, "path": raw, "reason": "listed more than once"})
             return None

@@ -78,3 +78,43 @@ def test_probe_of_a_hanging_interpreter_is_killed_at_the_deadline(tmp_path):
     assert time.monotonic() - started < 5
     message = str(exc.value)
     assert str(fake) in message and "within 1 seconds" in message and "python_timeout" in message
+
+
+# ---------------------------------------------------------------------------
+# Item 10a: site-packages reached through a symbolic link
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def linked_site(tmp_path):
+    """The demo wheel installed, then site-packages moved away and linked back."""
+    wheel = helpers.make_wheel(tmp_path)
+    root = tmp_path / "venv"
+    site = helpers.install_wheel(wheel, root)
+    real = tmp_path / "store" / "site-packages"
+    real.parent.mkdir()
+    shutil.move(site, str(real))
+    os.symlink(str(real), site)
+    return str(root), site
+
+
+@pytest.mark.parametrize("how", ["venv", "site_packages", "environment"])
+def test_pristine_install_through_a_linked_site_packages_is_pristine(linked_site, how):
+    root, site = linked_site
+    if how == "venv":
+        kw = {"venv": root}
+    elif how == "site_packages":
+        kw = {"site_packages": site}
+    else:
+        kw = {"environment": integrity.Environment([site], os.path.join(root, "bin"), root, "test")}
+    result = integrity.verify(dist_name="demo", uv_cache_dirs=[], **kw)
+    assert result["counts"]["outside"] == 0, result["files"]["outside"]
+    assert result["pristine"] is True
+    assert result["counts"]["ok"] == len(helpers.DEMO_FILES) + 5
+
+
+def test_edited_script_through_a_linked_site_packages_is_still_caught(linked_site):
+    root, site = linked_site
+    helpers.edit_in_place(os.path.join(root, "bin", "demo-cli"), b"print(VERSION)", b"print(VERSIOM)")
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert [f["path"] for f in result["files"]["modified"]] == ["../../../bin/demo-cli"]
+    assert result["counts"]["outside"] == 0 and result["pristine"] is False
