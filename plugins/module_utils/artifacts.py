@@ -31,9 +31,28 @@ import time
 
 DEFAULT_PATTERNS = ('nomla_debug_tp*.pt', 'embed_debug_tp*.pt', 'mla_debug_layer*_tp*.pt')
 DEFAULT_PATHS = ('/tmp',)
-# directories never scanned: the root and the kernel's pseudo file systems
-FORBIDDEN_DIRECTORIES = ('/', '/proc', '/sys', '/dev')
+# directories never scanned: the root, the system's own trees and the kernel's pseudo file systems
+FORBIDDEN_DIRECTORIES = ('/', '/proc', '/sys', '/dev', '/etc', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64',
+                         '/libx32', '/boot', '/run', '/var/lib')
+# ... and nothing below these either
+FORBIDDEN_TREES = ('/proc', '/sys', '/dev', '/etc', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32',
+                   '/boot')
 LIST_LIMIT = 1000
+# bounds of one scan: directory entries read in all, levels of subdirectories even without max_depth
+MAX_ENTRIES = 100000
+DEPTH_LIMIT = 2000
+# bounds of the /proc scan for processes holding a dump open: descriptors read per process
+HOLDER_FDS_LIMIT = 65536
+# a pattern needs this many literal characters (outside *, ? and [...])
+PATTERN_LITERALS = 3
+# names a dump pattern must never match: if it does, it would remove ordinary files too
+ORDINARY_NAMES = ('passwd', 'shadow', 'hosts', 'fstab', 'config.json', 'tokenizer.json', 'generation_config.json',
+                  'a', 'x', '.bashrc', '.profile', '.ssh', 'id_rsa', 'authorized_keys', 'model.safetensors',
+                  'model-00001-of-00002.safetensors', 'pytorch_model.bin', 'libfoo.so.1', 'libc.so.6', 'README',
+                  'README.md', 'LICENSE', 'Makefile', 'main.py', '__init__.py', 'setup.cfg', 'requirements.txt',
+                  'notes.txt', 'run.sh', 'nohup.out', 'core', 'python3', 'vllm', 'data.bin', 'index.html',
+                  'systemd-private-0123456789abcdef', '.X11-unix', 'tmp0a1b2c3d', 'ssh-XXXXabcd',
+                  'krb5cc_0', 'lost+found', 'vllm.log', 'server.pid', 'output.json', 'model.pt', 'checkpoint.pt')
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
 _AGE = re.compile(r'^\s*(\d+)\s*([smhdw]?)\s*$')
@@ -44,52 +63,167 @@ class ArtifactError(Exception):
     """A refused input or a failed operation; str() is for the operator."""
 
 
+# the clock of the deadlines (a name of its own, so that a test can make time pass)
+_clock = time.monotonic
+
+
+class Deadline(object):
+    """An overall time limit of seconds from now; check() raises ArtifactError once it is past."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.at = _clock() + seconds
+
+    def passed(self):
+        return _clock() >= self.at
+
+    def check(self, doing):
+        if self.passed():
+            raise ArtifactError('the time limit of %s s (timeout) was reached while %s.' % (_number(self.seconds), doing))
+
+
+def _number(value):
+    return ('%d' % value) if float(value) == int(value) else ('%g' % value)
+
+
+def safe_text(value):
+    """Text that is valid UTF-8 for a result: bytes of a name that are not UTF-8 are shown as \\xff.
+
+    Python keeps such bytes of a file name as lone surrogates (surrogateescape),
+    which no JSON reader on the controller accepts.
+    """
+    if isinstance(value, bytes):
+        return value.decode('utf-8', 'backslashreplace')
+    try:
+        value.encode('utf-8')
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = value.encode('utf-8', 'surrogateescape')
+    except UnicodeEncodeError:
+        return value.encode('utf-8', 'backslashreplace').decode('utf-8')
+    return raw.decode('utf-8', 'backslashreplace')
+
+
+def safe_result(value):
+    """A copy of a result (dicts, lists, tuples, text) with every text made safe by safe_text."""
+    if isinstance(value, (str, bytes)):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return dict((safe_result(k), safe_result(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [safe_result(v) for v in value]
+    return value
+
+
 # --------------------------------------------------------------------------
 # validation
 
 
-def validate_directory(path):
-    """Return the normalised absolute directory, or raise ArtifactError."""
+def _system_directory(path):
+    """The refused system directory that path is or lies in, or None."""
+    if path in FORBIDDEN_DIRECTORIES:
+        return path
+    for tree in FORBIDDEN_TREES:
+        if path.startswith(tree + '/'):
+            return tree
+    return None
+
+
+def validate_directory(path, option='paths'):
+    """Return the normalised absolute directory, or raise ArtifactError naming the option."""
     if not isinstance(path, str) or not path.strip():
-        raise ArtifactError('an empty directory name was given; list absolute directories such as /tmp.')
+        raise ArtifactError('%s: an empty directory name was given; list absolute directories such as /tmp.' % option)
+    shown = safe_text(path)
     if '\0' in path:
-        raise ArtifactError('directory %r contains a NUL byte.' % path)
+        raise ArtifactError('%s: directory %r contains a NUL byte.' % (option, shown))
     if not os.path.isabs(path):
-        raise ArtifactError('directory %r is relative; give an absolute path such as /tmp (a relative path '
-                            'depends on where the module happens to run).' % path)
+        raise ArtifactError('%s: directory %r is relative; give an absolute path such as /tmp (a relative path '
+                            'depends on where the module happens to run).' % (option, shown))
     if '..' in path.split('/'):
-        raise ArtifactError('directory %r contains "..", which could escape the allowed place; give the '
-                            'directory without "..".' % path)
+        raise ArtifactError('%s: directory %r contains "..", which could escape the allowed place; give the '
+                            'directory without "..".' % (option, shown))
     normal = '/' + os.path.normpath(path).lstrip('/')
-    if normal in FORBIDDEN_DIRECTORIES:
-        raise ArtifactError('directory %r is refused: removing by pattern from %s is never what is wanted. '
-                            'Give the directory where the dumps are, such as /tmp.' % (path, normal))
     real = os.path.realpath(normal)
+    for checked in (normal, real):
+        system = _system_directory(checked)
+        if system is not None:
+            raise ArtifactError('%s: directory %r is refused: %s is %s, and removing by pattern from there is never '
+                                'what is wanted. Give the directory where the dumps are, such as /tmp.'
+                                % (option, shown, safe_text(checked),
+                                   'a system directory' if system == checked else 'inside the system directory %s'
+                                   % system))
     if real != normal:
-        raise ArtifactError('directory %s resolves through a symbolic link to %s; links are never followed. '
-                            'Give the real directory (%s) if that is the one meant.' % (normal, real, real))
+        raise ArtifactError('%s: directory %s resolves through a symbolic link to %s; links are never followed. '
+                            'Give the real directory (%s) if that is the one meant.'
+                            % (option, safe_text(normal), safe_text(real), safe_text(real)))
     return normal
 
 
-def validate_pattern(pattern):
-    """Raise ArtifactError for a pattern that is empty, a path, or matches every name."""
+def pattern_literals(pattern):
+    """The characters of a shell-style pattern that must appear as they are (outside *, ? and [...])."""
+    literals = []
+    index = 0
+    length = len(pattern)
+    while index < length:
+        char = pattern[index]
+        index += 1
+        if char in '*?':
+            continue
+        if char == '[':
+            # a bracket set as fnmatch reads it: "!" first negates, "]" first is a member
+            end = index
+            if end < length and pattern[end] == '!':
+                end += 1
+            if end < length and pattern[end] == ']':
+                end += 1
+            while end < length and pattern[end] != ']':
+                end += 1
+            if end < length:
+                index = end + 1
+                continue
+        literals.append(char)
+    return ''.join(literals)
+
+
+def validate_pattern(pattern, option='patterns'):
+    """Raise ArtifactError for a pattern that is empty, a path, or not anchored to dump-like names.
+
+    A pattern must have PATTERN_LITERALS literal characters and match none of
+    ORDINARY_NAMES; the error says which ordinary names it matched.
+    """
     if not isinstance(pattern, str) or not pattern.strip():
-        raise ArtifactError('an empty pattern was given; patterns are file names with wildcards such as '
-                            'embed_debug_tp*.pt.')
+        raise ArtifactError('%s: an empty pattern was given; patterns are file names with wildcards such as '
+                            'embed_debug_tp*.pt.' % option)
+    shown = safe_text(pattern)
     if '\0' in pattern:
-        raise ArtifactError('pattern %r contains a NUL byte.' % pattern)
+        raise ArtifactError('%s: pattern %r contains a NUL byte.' % (option, shown))
     if pattern.startswith('/'):
-        raise ArtifactError('pattern %r is absolute; patterns match file names only. Put the directory in '
-                            '"paths" and the name in "patterns".' % pattern)
+        raise ArtifactError('%s: pattern %r is absolute; patterns match file names only. Put the directory in '
+                            '"paths" and the name in "patterns".' % (option, shown))
     if '/' in pattern:
-        raise ArtifactError('pattern %r contains "/"; patterns match file names only, not paths. Put the '
-                            'directory in "paths" (with recursive: true for subdirectories).' % pattern)
+        raise ArtifactError('%s: pattern %r contains "/"; patterns match file names only, not paths. Put the '
+                            'directory in "paths" (with recursive: true for subdirectories).' % (option, shown))
     if '..' in pattern:
-        raise ArtifactError('pattern %r contains ".."; it is refused so that no pattern can name a parent '
-                            'directory.' % pattern)
+        raise ArtifactError('%s: pattern %r contains ".."; it is refused so that no pattern can name a parent '
+                            'directory.' % (option, shown))
     if set(pattern) <= set('*?') or pattern in ('.*', '*.*'):
-        raise ArtifactError('pattern %r matches every file; give a pattern with a fixed part, such as '
-                            'embed_debug_tp*.pt.' % pattern)
+        raise ArtifactError('%s: pattern %r matches every file; give a pattern with a fixed part, such as '
+                            'embed_debug_tp*.pt.' % (option, shown))
+    literals = pattern_literals(pattern)
+    if len(literals) < PATTERN_LITERALS:
+        raise ArtifactError('%s: pattern %r has %d fixed character%s outside the wildcards (*, ?, [...]), so it '
+                            'matches nearly every file; give at least %d, as in embed_debug_tp*.pt.'
+                            % (option, shown, len(literals), '' if len(literals) == 1 else 's', PATTERN_LITERALS))
+    try:
+        hits = [name for name in ORDINARY_NAMES if fnmatch.fnmatchcase(name, pattern)]
+    except re.error as exc:
+        raise ArtifactError('%s: pattern %r cannot be read as a shell-style pattern (%s).' % (option, shown, exc))
+    if hits:
+        raise ArtifactError('%s: pattern %r also matches ordinary file names such as %s, not only debug dumps; '
+                            'give a pattern anchored to the dump names, such as embed_debug_tp*.pt.'
+                            % (option, shown, ', '.join(hits[:5])))
 
 
 def parse_age(value):
@@ -109,28 +243,39 @@ def parse_age(value):
     return seconds
 
 
-def validate_options(paths, patterns, recursive=False, max_depth=None, min_age=None):
+def validate_options(paths, patterns, recursive=False, max_depth=None, min_age=None, names=None,
+                     max_entries=MAX_ENTRIES, timeout=None):
     """Check a scan's inputs at once; return (normalised unique directories, min_age in seconds).
 
     Raises ArtifactError with the sentence for the operator.  Shared by the
-    modules that scan for artifacts (remove_artifacts, drift_info).
+    modules that scan for artifacts (remove_artifacts, drift_info); names
+    maps paths, patterns, max_depth, max_entries and timeout to the options
+    of the module, for the messages.
     """
+    names = dict(dict((n, n) for n in ('paths', 'patterns', 'max_depth', 'max_entries', 'timeout')), **(names or {}))
     if not paths:
-        raise ArtifactError('"paths" is empty; list the directories to clean, such as /tmp.')
+        raise ArtifactError('"%s" is empty; list the directories to clean, such as /tmp.' % names['paths'])
     if not patterns:
-        raise ArtifactError('"patterns" is empty; list file name patterns such as embed_debug_tp*.pt.')
+        raise ArtifactError('"%s" is empty; list file name patterns such as embed_debug_tp*.pt.' % names['patterns'])
     normal_paths = []
     for path in paths:
-        normal = validate_directory(path)
+        normal = validate_directory(path, names['paths'])
         if normal not in normal_paths:
             normal_paths.append(normal)
     for pattern in patterns:
-        validate_pattern(pattern)
+        validate_pattern(pattern, names['patterns'])
     if max_depth is not None:
         if not recursive:
-            raise ArtifactError('max_depth only applies with recursive: true.')
+            raise ArtifactError('%s only applies with recursive: true.' % names['max_depth'])
         if max_depth < 0:
-            raise ArtifactError('max_depth must be 0 or more.')
+            raise ArtifactError('%s must be 0 or more.' % names['max_depth'])
+        if max_depth > DEPTH_LIMIT:
+            raise ArtifactError('%s must be at most %d (levels of subdirectories a scan enters).'
+                                % (names['max_depth'], DEPTH_LIMIT))
+    if max_entries is not None and max_entries < 1:
+        raise ArtifactError('%s must be 1 or more.' % names['max_entries'])
+    if timeout is not None and not timeout > 0:
+        raise ArtifactError('%s must be more than 0 seconds.' % names['timeout'])
     return normal_paths, parse_age(min_age)
 
 
@@ -172,9 +317,10 @@ class Candidate(object):
         self.dir_ids = tuple(dir_ids)
 
     def as_dict(self):
-        result = {'path': self.path, 'size': self.size, 'type': self.kind, 'in_use_by': list(self.in_use_by)}
+        result = {'path': safe_text(self.path), 'size': self.size, 'type': self.kind,
+                  'in_use_by': [dict(h, name=None if h['name'] is None else safe_text(h['name'])) for h in self.in_use_by]}
         if self.kind == 'link':
-            result['link_target'] = self.link_target
+            result['link_target'] = None if self.link_target is None else safe_text(self.link_target)
         return result
 
 
@@ -222,7 +368,8 @@ def _reason(exc):
     return exc.strerror or str(exc)
 
 
-def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link', min_age=None, now=None):
+def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link', min_age=None, now=None,
+         max_entries=MAX_ENTRIES, depth_limit=None, deadline=None):
     """Walk the (validated) directories; return (candidates, skipped).
 
     candidates: list of Candidate in walk order.  skipped: list of
@@ -230,111 +377,188 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
     directories that could not be read or were not followed.
     max_depth: levels of subdirectories below each path (None: unlimited);
     only used when recursive.
+
+    The walk is a loop over an explicit stack, not recursion, and holds one
+    directory descriptor at a time: going down opens the child relative to
+    the parent, coming back opens ".." and checks it is the directory
+    scanned (else the chain is re-opened from the top, checked the same
+    way).  Bounds: max_entries directory entries read in all, depth_limit
+    levels (DEPTH_LIMIT when None) even when max_depth is None, and the
+    Deadline; past one of them ArtifactError says which bound and where.
     """
     if symlinks not in ('remove_link', 'skip'):
         raise ValueError('symlinks must be remove_link or skip')
+    if depth_limit is None:
+        depth_limit = DEPTH_LIMIT
     now = time.time() if now is None else now
     candidates = []
     skipped = []
     seen = set()
+    listed = [0]
 
     def matches(name):
         return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
-    def walk(top, chain, fd, dir_ids, depth):
-        here = os.path.join(top, *chain) if chain else top
+    def skip(path, reason):
+        skipped.append({'path': safe_text(path), 'reason': reason})
+
+    def read(fd, here):
+        """The entries of an open directory, sorted, each (name, lstat, link to a directory)."""
+        found = []
         try:
-            entries = sorted(os.scandir(fd), key=lambda e: e.name)
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    listed[0] += 1
+                    if max_entries is not None and listed[0] > max_entries:
+                        raise ArtifactError('the scan stopped at %s: more than %d directory entries were read in '
+                                            'all (max_entries), nothing was removed. Scan fewer or smaller '
+                                            'directories (or less deep), or raise max_entries.'
+                                            % (safe_text(here), max_entries))
+                    if deadline is not None and listed[0] % 1000 == 0:
+                        deadline.check('scanning %s (nothing was removed)' % safe_text(here))
+                    found.append(entry)
         except OSError as exc:
-            skipped.append({'path': here, 'reason': 'cannot list directory: %s' % _reason(exc)})
-            return
-        for entry in entries:
-            full = os.path.join(here, entry.name)
+            skip(here, 'cannot list directory: %s' % _reason(exc))
+            return []
+        result = []
+        for entry in sorted(found, key=lambda e: e.name):
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError as exc:
                 if exc.errno != errno.ENOENT:
-                    skipped.append({'path': full, 'reason': 'cannot stat: %s' % _reason(exc)})
+                    skip(os.path.join(here, entry.name), 'cannot stat: %s' % _reason(exc))
                 continue
-            mode = st.st_mode
-            if matches(entry.name):
-                if full in seen:
-                    continue
-                if stat.S_ISLNK(mode):
-                    if symlinks == 'skip':
-                        skipped.append({'path': full, 'reason': 'symbolic link (symlinks=skip); neither the link '
-                                                                'nor its target is touched'})
-                        continue
-                    try:
-                        target = os.readlink(entry.name, dir_fd=fd)
-                    except OSError:
-                        target = None
-                    cand = Candidate(top, chain, entry.name, st, dir_ids, link_target=target)
-                elif stat.S_ISREG(mode):
-                    cand = Candidate(top, chain, entry.name, st, dir_ids)
-                elif stat.S_ISDIR(mode):
-                    skipped.append({'path': full, 'reason': 'a directory named like a dump; only files are removed'})
-                    continue
-                else:
-                    skipped.append({'path': full, 'reason': 'not a regular file (fifo, socket or device)'})
-                    continue
-                if min_age is not None and now - st.st_mtime < min_age:
-                    skipped.append({'path': full, 'reason': 'modified %d s ago, younger than min_age (%d s)'
-                                                            % (max(0, now - st.st_mtime), min_age)})
-                    continue
-                seen.add(full)
-                candidates.append(cand)
-                continue
-            if not recursive:
-                continue
-            if stat.S_ISLNK(mode):
-                if entry.is_dir(follow_symlinks=True):
-                    skipped.append({'path': full, 'reason': 'symbolic link to a directory; not followed'})
-                continue
-            if not stat.S_ISDIR(mode):
-                continue
-            if max_depth is not None and depth >= max_depth:
-                continue
-            try:
-                child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-            except OSError as exc:
-                skipped.append({'path': full, 'reason': 'cannot open directory: %s' % _reason(exc)})
-                continue
-            try:
-                cst = os.fstat(child)
-                if (cst.st_dev, cst.st_ino) != (st.st_dev, st.st_ino):
-                    skipped.append({'path': full, 'reason': 'directory replaced during the scan; not followed'})
-                    continue
-                walk(top, chain + (entry.name,), child, dir_ids + ((cst.st_dev, cst.st_ino),), depth + 1)
-            finally:
-                os.close(child)
+            link_to_dir = False
+            if recursive and stat.S_ISLNK(st.st_mode) and not matches(entry.name):
+                try:
+                    link_to_dir = entry.is_dir(follow_symlinks=True)
+                except OSError:
+                    link_to_dir = False
+            result.append((entry.name, st, link_to_dir))
+        return result
 
     for top in paths:
+        if deadline is not None:
+            deadline.check('starting the scan of %s (nothing was removed)' % safe_text(top))
         try:
             fd = _open_top(top)
         except OSError as exc:
-            skipped.append({'path': top, 'reason': 'directory %s' % _reason(exc)})
+            skip(top, 'directory %s' % _reason(exc))
             continue
         try:
             st = os.fstat(fd)
-            walk(top, (), fd, ((st.st_dev, st.st_ino),), 0)
+            # frames: [chain, dir_ids, depth, entries, next index]
+            stack = [[(), ((st.st_dev, st.st_ino),), 0, read(fd, top), 0]]
+            while stack:
+                frame = stack[-1]
+                chain, dir_ids, depth, entries, index = frame
+                here = os.path.join(top, *chain) if chain else top
+                if index >= len(entries):
+                    stack.pop()
+                    if stack and fd is not None:
+                        fd = _back_up(fd, stack[-1][1])
+                    continue
+                if fd is None:
+                    try:
+                        fd = _open_chain(top, chain, dir_ids)
+                    except OSError as exc:
+                        skip(here, 'directory moved or replaced during the scan, the rest of it was not read: %s'
+                             % _reason(exc))
+                        frame[4] = len(entries)
+                        continue
+                frame[4] = index + 1
+                name, st, link_to_dir = entries[index]
+                full = os.path.join(here, name)
+                mode = st.st_mode
+                if matches(name):
+                    if full in seen:
+                        continue
+                    if stat.S_ISLNK(mode):
+                        if symlinks == 'skip':
+                            skip(full, 'symbolic link (symlinks=skip); neither the link nor its target is touched')
+                            continue
+                        try:
+                            target = os.readlink(name, dir_fd=fd)
+                        except OSError:
+                            target = None
+                        cand = Candidate(top, chain, name, st, dir_ids, link_target=target)
+                    elif stat.S_ISREG(mode):
+                        cand = Candidate(top, chain, name, st, dir_ids)
+                    elif stat.S_ISDIR(mode):
+                        skip(full, 'a directory named like a dump; only files are removed')
+                        continue
+                    else:
+                        skip(full, 'not a regular file (fifo, socket or device)')
+                        continue
+                    if min_age is not None and now - st.st_mtime < min_age:
+                        skip(full, 'modified %d s ago, younger than min_age (%d s)' % (max(0, now - st.st_mtime), min_age))
+                        continue
+                    seen.add(full)
+                    candidates.append(cand)
+                    continue
+                if not recursive:
+                    continue
+                if stat.S_ISLNK(mode):
+                    if link_to_dir:
+                        skip(full, 'symbolic link to a directory; not followed')
+                    continue
+                if not stat.S_ISDIR(mode):
+                    continue
+                if max_depth is not None and depth >= max_depth:
+                    continue
+                if depth >= depth_limit:
+                    raise ArtifactError('the scan stopped at %s: it is more than %d levels of subdirectories below '
+                                        '%s (the depth bound), nothing was removed. Set max_depth to scan less deep, '
+                                        'or look at that tree by hand.' % (safe_text(full), depth_limit, safe_text(top)))
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    skip(full, 'cannot open directory: %s' % _reason(exc))
+                    continue
+                cst = os.fstat(child)
+                if (cst.st_dev, cst.st_ino) != (st.st_dev, st.st_ino):
+                    os.close(child)
+                    skip(full, 'directory replaced during the scan; not followed')
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append([chain + (name,), dir_ids + ((cst.st_dev, cst.st_ino),), depth + 1, read(fd, full), 0])
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
     return candidates, skipped
+
+
+def _back_up(fd, parent_ids):
+    """Close fd (a directory) and return its parent opened through "..", or None when that is not the one scanned."""
+    try:
+        parent = os.open('..', _DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        parent = None
+    finally:
+        os.close(fd)
+    if parent is not None:
+        st = os.fstat(parent)
+        if (st.st_dev, st.st_ino) == parent_ids[-1]:
+            return parent
+        os.close(parent)
+    return None
 
 
 # --------------------------------------------------------------------------
 # processes holding files open
 
 
-def find_holders(candidates, proc='/proc'):
+def find_holders(candidates, proc='/proc', deadline=None, fds_limit=HOLDER_FDS_LIMIT):
     """Fill Candidate.in_use_by from /proc/<pid>/fd; return (pids scanned, pids unreadable).
 
     A descriptor matches when its link text is the candidate's path, or when
     it names a file with the same base name and the same device and inode
     (a process in another mount namespace, such as a service with
     PrivateTmp, sees another path).  Only processes this user may inspect are
-    seen; root sees all.
+    seen; root sees all.  Bounded: at most fds_limit descriptors are read per
+    process (one with more counts as unreadable), and the Deadline is checked
+    for every process (ArtifactError when it has passed).
     """
     files = [c for c in candidates if c.kind == 'file']
     if not files:
@@ -349,10 +573,20 @@ def find_holders(candidates, proc='/proc'):
     except OSError:
         return 0, 0
     for pid in pids:
+        if deadline is not None:
+            deadline.check('looking for processes that hold the dumps open in %s (nothing was removed)' % proc)
         fd_dir = os.path.join(proc, pid, 'fd')
+        fds = []
         try:
-            fds = os.listdir(fd_dir)
+            with os.scandir(fd_dir) as entries:
+                for entry in entries:
+                    if len(fds) >= fds_limit:
+                        fds = None
+                        break
+                    fds.append(entry.name)
         except OSError:
+            fds = None
+        if fds is None:
             unreadable += 1
             continue
         scanned += 1
@@ -394,10 +628,12 @@ def _comm(proc, pid):
 # removal
 
 
-def remove(candidates):
+def remove(candidates, deadline=None, removed=None):
     """Unlink the candidates; return (removed, failed, vanished).
 
-    removed: Candidates unlinked.  failed: {'path', 'reason'} for entries
+    removed: Candidates unlinked, appended as they go to the list given as
+    ``removed`` (if any), so that a caller knows what went even when this
+    raises: ArtifactError when the Deadline passes part-way.  failed: {'path', 'reason'} for entries
     that could not be removed or were replaced since the scan.  vanished:
     {'path', 'reason'} for entries already gone (someone else removed them).
 
@@ -405,7 +641,7 @@ def remove(candidates):
     the one scanned; each entry is checked to be the same inode before it is
     unlinked relative to the directory descriptor.
     """
-    removed = []
+    removed = [] if removed is None else removed
     failed = []
     vanished = []
     groups = {}
@@ -426,6 +662,8 @@ def remove(candidates):
             continue
         try:
             for cand in group:
+                if deadline is not None:
+                    deadline.check('removing the dumps, after %d of %d were removed' % (len(removed), len(candidates)))
                 try:
                     st = os.stat(cand.name, dir_fd=fd, follow_symlinks=False)
                 except OSError as exc:

@@ -21,8 +21,16 @@ description:
     A link whose name matches a pattern is removed as a link (or skipped, see O(symlinks)); its target is never
     touched.
   - Inputs that could escape are refused before anything is looked at; relative directories, directories containing
-    C(..), C(/), C(/proc), C(/sys), C(/dev), directories that resolve through a symbolic link; patterns that are
-    absolute, contain C(/) or C(..), or match every name (such as C(*)).
+    C(..), directories that resolve through a symbolic link, system directories (C(/), C(/etc), C(/usr), C(/bin),
+    C(/sbin), C(/lib), C(/lib32), C(/lib64), C(/libx32), C(/boot), C(/dev), C(/proc), C(/sys), C(/run),
+    C(/var/lib)) and any directory below C(/etc), C(/usr), C(/bin), C(/sbin), the C(/lib) ones, C(/boot), C(/dev),
+    C(/proc) or C(/sys), judged on the path as given and as resolved; patterns that are absolute, contain C(/) or
+    C(..), or are not anchored to dump names.
+  - A pattern is anchored when it has at least 3 fixed characters outside C(*), C(?) and C([...]) and matches none of
+    a list of ordinary names (C(passwd), C(config.json), C(a), C(.bashrc), C(model.safetensors), C(libfoo.so.1),
+    C(README), C(model.pt), ...). So C(*), C(*[!.]*) or C(*.json) are refused, and the error names the ordinary files
+    the pattern matched.
+  - Names that are not UTF-8 are shown in the result with the odd bytes escaped (C(dump\xff_tp0.pt)).
   - Files held open by a running process are found through C(/proc/<pid>/fd) and reported (see O(in_use)).
 options:
   paths:
@@ -34,6 +42,7 @@ options:
   patterns:
     description:
       - Shell-style patterns (C(*), C(?), C([...])) matched, case-sensitively, against file names (not paths).
+      - Each must be anchored to dump names (see the description), as the default ones are.
     type: list
     elements: str
     default: [nomla_debug_tp*.pt, embed_debug_tp*.pt, mla_debug_layer*_tp*.pt]
@@ -58,7 +67,8 @@ options:
   in_use:
     description:
       - What to do with a matching file that a running process holds open (found in C(/proc/<pid>/fd); processes of
-        other users are only visible to root).
+        other users are only visible to root). At most 65536 descriptors are read per process; a process with more
+        counts in RV(processes_unreadable).
       - V(report) removes it and lists the processes in RV(removed[].in_use_by). Its space is freed only when the
         process closes it, which RV(bytes_held) counts.
       - V(skip) leaves it and lists it in RV(skipped).
@@ -71,6 +81,21 @@ options:
       - Only remove files last modified at least this long ago, for example V(10m) or V(2h) (units C(s), C(m), C(h),
         C(d), C(w); a plain number is seconds). Younger files are listed in RV(skipped).
     type: str
+  max_entries:
+    description:
+      - The most directory entries the scan reads, over all O(paths) and their subdirectories together. Past it the
+        task fails before anything is removed, naming the directory it had reached.
+      - However deep O(recursive=true) goes, the scan enters at most 2000 levels of subdirectories (and O(max_depth)
+        can be at most 2000); a deeper tree fails the task the same way, naming the directory.
+    type: int
+    default: 100000
+  timeout:
+    description:
+      - The most seconds the whole task may take (scan, the search of C(/proc) for processes holding the files,
+        removal). When it is reached the task fails; the files already removed are in RV(removed), RV(count) and
+        RV(bytes_freed), and the message says how many went.
+    type: int
+    default: 600
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -213,17 +238,39 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     DEFAULT_PATHS,
     DEFAULT_PATTERNS,
     LIST_LIMIT,
+    MAX_ENTRIES,
     ArtifactError,
+    Deadline,
     find_holders,
     human_bytes,
     remove,
+    safe_result,
     scan,
     validate_options,
 )
 
+DEFAULT_TIMEOUT = 600
+
 
 def _holders_text(cand):
     return ', '.join('pid %d (%s)' % (h['pid'], h['name'] or '?') for h in cand.in_use_by)
+
+
+def _facts(gone, check_mode):
+    """What was removed (or, in check mode, would be): the counts and the first LIST_LIMIT entries."""
+    bytes_freed = sum(c.size for c in gone)
+    listed = [c.as_dict() for c in gone[:LIST_LIMIT]]
+    facts = dict(
+        changed=bool(gone),
+        count=len(gone),
+        bytes_freed=bytes_freed,
+        bytes_freed_human=human_bytes(bytes_freed),
+        bytes_held=sum(c.size for c in gone if c.in_use_by),
+        removed=[] if check_mode else listed,
+    )
+    if check_mode:
+        facts['would_remove'] = listed
+    return facts
 
 
 def main():
@@ -236,25 +283,63 @@ def main():
             symlinks=dict(type='str', choices=['remove_link', 'skip'], default='remove_link'),
             in_use=dict(type='str', choices=['report', 'skip', 'fail'], default='report'),
             min_age=dict(type='str'),
+            max_entries=dict(type='int', default=MAX_ENTRIES),
+            timeout=dict(type='int', default=DEFAULT_TIMEOUT),
         ),
         supports_check_mode=True,
     )
     params = module.params
 
+    def fail(msg, **extra):
+        module.fail_json(**safe_result(dict(extra, msg=msg)))
+
     try:
         paths, min_age = validate_options(params['paths'], params['patterns'], recursive=params['recursive'],
-                                          max_depth=params['max_depth'], min_age=params['min_age'])
+                                          max_depth=params['max_depth'], min_age=params['min_age'],
+                                          max_entries=params['max_entries'], timeout=params['timeout'])
     except ArtifactError as exc:
-        module.fail_json(msg=str(exc))
+        fail(str(exc), changed=False)
 
+    gone = []
+    try:
+        result = _run(module, params, paths, min_age, gone)
+    except ArtifactError as exc:
+        facts = _facts(gone, module.check_mode)
+        text = str(exc)
+        if gone:
+            text += (' %d file(s) (%s) had been removed before it stopped: they are listed in removed.'
+                     % (len(gone), human_bytes(facts['bytes_freed'])))
+        elif 'nothing was removed' not in text.lower():
+            text += ' Nothing was removed.'
+        fail(text, check_mode=module.check_mode, **facts)
+    except Exception as exc:  # pylint: disable=broad-except
+        facts = _facts(gone, module.check_mode)
+        fail('remove_artifacts stopped on an unexpected error (%s: %s). %s' % (
+            type(exc).__name__, exc, ('%d file(s) (%s) had been removed before it: they are listed in removed.'
+                                      % (len(gone), human_bytes(facts['bytes_freed']))) if gone
+            else 'Nothing was removed.'), check_mode=module.check_mode, **facts)
+    if result.get('failed'):
+        fail(result.pop('msg'), **result)
+    module.exit_json(**safe_result(result))
+
+
+def _run(module, params, paths, min_age, gone):
+    """Scan, look for holders, remove; return the result (with failed: True when some files could not go).
+
+    Every candidate removed is appended to gone as it goes, so that the
+    caller can report it when this raises part-way.
+    """
+    deadline = Deadline(params['timeout'])
     candidates, skipped = scan(paths, params['patterns'], recursive=params['recursive'],
-                               max_depth=params['max_depth'], symlinks=params['symlinks'], min_age=min_age)
-    dummy, unreadable = find_holders(candidates)
+                               max_depth=params['max_depth'], symlinks=params['symlinks'], min_age=min_age,
+                               max_entries=params['max_entries'], deadline=deadline)
+    dummy, unreadable = find_holders(candidates, deadline=deadline)
     matched = sorted(c.path for c in candidates)
 
     held = [c for c in candidates if c.in_use_by]
     if held and params['in_use'] == 'fail':
-        module.fail_json(
+        return dict(
+            failed=True,
             msg='%d matching file(s) are held open by running processes: %s. Nothing was removed. Stop those '
                 'processes first, or set in_use to report or skip.'
                 % (len(held), '; '.join('%s by %s' % (c.path, _holders_text(c)) for c in held[:20])),
@@ -266,29 +351,22 @@ def main():
 
     failed = []
     if module.check_mode:
-        gone = candidates
+        gone.extend(candidates)
     else:
-        gone, failed, vanished = remove(candidates)
+        dummy, failed, vanished = remove(candidates, deadline=deadline, removed=gone)
         skipped.extend(vanished)
 
-    count = len(gone)
-    bytes_freed = sum(c.size for c in gone)
-    bytes_held = sum(c.size for c in gone if c.in_use_by)
-    listed = [c.as_dict() for c in gone[:LIST_LIMIT]]
-    result = dict(
+    result = _facts(gone, module.check_mode)
+    count = result['count']
+    bytes_freed = result['bytes_freed']
+    bytes_held = result['bytes_held']
+    result.update(
         changed=count > 0,
-        count=count,
-        bytes_freed=bytes_freed,
-        bytes_freed_human=human_bytes(bytes_freed),
-        bytes_held=bytes_held,
-        removed=[] if module.check_mode else listed,
         skipped=skipped[:LIST_LIMIT],
         truncated=count > LIST_LIMIT or len(skipped) > LIST_LIMIT,
         processes_unreadable=unreadable,
         check_mode=module.check_mode,
     )
-    if module.check_mode:
-        result['would_remove'] = listed
     if module._diff:
         gone_paths = set(c.path for c in gone)
         result['diff'] = dict(
@@ -310,11 +388,11 @@ def main():
                     % (len([c for c in gone if c.in_use_by]), human_bytes(bytes_held)))
     if failed:
         result['failed_paths'] = failed[:LIST_LIMIT]
-        del result['msg']
-        module.fail_json(msg='%d file(s) could not be removed: %s. %s' % (
+        result['failed'] = True
+        result['msg'] = '%d file(s) could not be removed: %s. %s' % (
             len(failed), '; '.join('%s (%s)' % (f['path'], f['reason']) for f in failed[:10]),
-            'The others were removed.' if count else 'Nothing was removed.'), **result)
-    module.exit_json(**result)
+            'The others were removed.' if count else 'Nothing was removed.')
+    return result
 
 
 if __name__ == '__main__':
