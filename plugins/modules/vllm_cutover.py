@@ -82,6 +82,12 @@ options:
         close to the load time.
     type: float
     default: 1.0
+  max_response_bytes:
+    description:
+      - The most bytes of one answer of the server's HTTP API that the readiness gate reads; a larger answer fails
+        the check with an error that names this cap.
+    type: int
+    default: 4194304
   vram:
     description:
       - The NVML checks around the restart (nvidia-ml-py must be importable by the interpreter that runs the module).
@@ -126,6 +132,11 @@ attributes:
     support: full
     platforms: posix
 notes:
+  - The readiness gate has the bounds of M(gpufleet.vllm.vllm_ready). Each HTTP request ends within
+    O(request_timeout) seconds in all (not per read), capped by the time left before O(timeout); at most
+    O(max_response_bytes) of an answer are read; redirects are followed only within the same scheme, host and port,
+    so the O(api_key) never goes elsewhere. O(base_url), O(host) and O(api_key) with spaces, control characters or
+    non-ASCII characters are refused before anything is stopped.
   - The module does not undo a failed restart; a playbook's C(rescue) decides what to do (the C(gpufleet.vllm.rollout)
     playbook switches back to the previous environment and starts it).
   - Run it with the interpreter of the C(gpufleet.vllm.host_tools) venv when O(vram) is given (nvidia-ml-py).
@@ -313,6 +324,8 @@ def _bad_numbers(params):
     for name in ("count", "stopped_max_used_mib", "free_timeout", "loaded_min_used_mib", "loaded_timeout"):
         if vram.get(name) is not None and vram[name] < 0:
             problems.append("vram.%s=%s is negative" % (name, vram[name]))
+    if params["max_response_bytes"] < 1024:
+        problems.append("max_response_bytes=%s is too small; give 1024 or more" % params["max_response_bytes"])
     if vram and vram.get("interval") is not None and vram["interval"] <= 0:
         problems.append("vram.interval=%s must be more than 0 seconds" % vram["interval"])
     return problems
@@ -330,6 +343,7 @@ def main():
             ready=dict(type="bool", default=True),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=1.0),
+            max_response_bytes=dict(type="int", default=4194304),
             vram=dict(type="dict", options=dict(
                 count=dict(type="int"),
                 stopped_max_used_mib=dict(type="int", default=1024),
@@ -359,11 +373,10 @@ def main():
     if params["ready"]:
         try:
             url = make_base_url(host=params["host"], port=params["port"], base_url=params["base_url"])
+            client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
+                                validate_certs=params["validate_certs"], max_response_bytes=params["max_response_bytes"])
         except ValueError as exc:
             problems.append(str(exc))
-        else:
-            client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
-                                validate_certs=params["validate_certs"])
     if problems:
         module.fail_json(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
 

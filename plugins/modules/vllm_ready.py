@@ -41,6 +41,13 @@ options:
       - Seconds between two attempts of a check that did not pass.
     type: float
     default: 5.0
+  max_response_bytes:
+    description:
+      - The most bytes of one answer's body that are read. A larger answer fails the check with an error that names
+        this cap, so a wrong or hostile server cannot fill the host's memory. C(/v1/models) of a real server is a few
+        KiB.
+    type: int
+    default: 4194304
   unit:
     description:
       - The systemd unit that runs the server, for example V(vllm-kimi-k25.service). When given, the wait stops as
@@ -62,6 +69,15 @@ attributes:
     support: full
     platforms: posix
 notes:
+  - Bounds. Each HTTP request ends within O(request_timeout) seconds in all (connect, status line, headers and body,
+    not per read; a server that trickles bytes is cut off), capped by the time left before O(timeout), but never
+    below 1 s; so the whole wait ends within O(timeout) plus at most one request of 1 s (in check mode, each check
+    is one request of at most O(request_timeout)). At most O(max_response_bytes) of an answer are read.
+  - Redirects are followed only to the same scheme, host and port (at most 5). A redirect to another origin is not
+    followed and the check fails with that URL in the error, so the request and the O(api_key) never go there.
+  - O(base_url), O(host) and O(api_key) are refused before any request when they hold spaces, control characters
+    (a CR/LF would inject headers) or non-ASCII characters; O(base_url) must not hold a user name, query or fragment.
+    Answers that are not the JSON vLLM sends (wrong types, too deep, not UTF-8) fail the check with a short error.
   - Run it on the host of the server (the default address is the loopback interface), or delegate it to any host
     that can reach O(base_url).
   - vLLM binds its port at once but only listens when the model is loaded, so during the load the checks fail with
@@ -255,6 +271,7 @@ def main():
             server_argument_spec(),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=5.0),
+            max_response_bytes=dict(type="int", default=4194304),
             unit=dict(type="str"),
         ),
         mutually_exclusive=SERVER_MUTUALLY_EXCLUSIVE,
@@ -267,8 +284,13 @@ def main():
     for name in ("interval", "request_timeout"):
         if params[name] <= 0:
             module.fail_json(msg="%s=%s must be more than 0 seconds." % (name, params[name]))
+    if params["max_response_bytes"] < 1024:
+        module.fail_json(msg="max_response_bytes=%s is too small; give 1024 or more (the default is 4194304)."
+                         % params["max_response_bytes"])
     try:
         url = make_base_url(host=params["host"], port=params["port"], base_url=params["base_url"])
+        client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
+                            validate_certs=params["validate_certs"], max_response_bytes=params["max_response_bytes"])
     except ValueError as exc:
         module.fail_json(msg="Cannot poll vLLM: %s." % exc)
 
@@ -282,8 +304,6 @@ def main():
         else:
             watch = unit_watch(module, systemctl, unit)
 
-    client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
-                        validate_certs=params["validate_certs"])
     result = wait_ready(client, served_model_name=params["served_model_name"], timeout=params["timeout"],
                         interval=params["interval"], completion=params["completion"], prompt=params["prompt"],
                         once=module.check_mode, watch=watch)
