@@ -24,6 +24,11 @@ Public API:
 * ``load_result_text(text) -> dict`` (JSON, or the last object of an
   ``--append-result`` file)
 * ``ROW_METRICS``: the latency fields of a row
+
+Bounds: a result text longer than ``MAX_RESULT_CHARS`` (64 MiB), JSON nested
+deeper than Python's recursion limit and numbers beyond a float are refused
+or ignored (a clean :class:`BenchResultError` or a ``None`` figure); nested
+``metrics`` objects are followed ``MAX_NESTING`` levels deep at most.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -39,6 +44,8 @@ COMPARED_METRICS = ('single_stream_tok_s', 'peak_tok_s')
 # what a person reads for each compared metric (the keys stay in the data)
 METRIC_LABELS = {'single_stream_tok_s': 'single stream', 'peak_tok_s': 'peak'}
 SCHEMA = 1
+MAX_RESULT_CHARS = 64 * 1024 * 1024
+MAX_NESTING = 8
 
 
 class BenchResultError(ValueError):
@@ -50,11 +57,14 @@ def _number(value):
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):
-        result = float(value)
+        try:
+            result = float(value)
+        except OverflowError:
+            return None
     elif isinstance(value, str):
         try:
             result = float(value.strip())
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     else:
         return None
@@ -68,6 +78,25 @@ def _count(value):
     if number is None or number < 0 or number != int(number):
         return None
     return int(number)
+
+
+def _finite(value):
+    """VALUE when it is a finite number (sums and ratios of huge figures may not be), else None."""
+    if value is None or math.isnan(value) or math.isinf(value):
+        return None
+    return value
+
+
+def _loads(text):
+    """json.loads, with nesting too deep for the decoder as a ValueError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError('nested too deeply')
+
+
+def _keys(data):
+    return ', '.join(sorted(str(key) for key in data)[:12])
 
 
 def _first(data, keys):
@@ -90,11 +119,14 @@ def load_result_text(text):
         text = text.decode('utf-8', 'replace')
     if not isinstance(text, str):
         raise BenchResultError('expected the text of a result file, got %s' % type(text).__name__)
+    if len(text) > MAX_RESULT_CHARS:
+        raise BenchResultError('the result is %d characters long, more than the %d a result is read up to'
+                               % (len(text), MAX_RESULT_CHARS))
     stripped = text.strip()
     if not stripped:
         raise BenchResultError('the result file is empty (did vllm bench serve stop before saving?)')
     try:
-        data = json.loads(stripped)
+        data = _loads(stripped)
     except ValueError:
         data = None
         for line in reversed(stripped.splitlines()):
@@ -102,13 +134,18 @@ def load_result_text(text):
             if not line:
                 continue
             try:
-                data = json.loads(line)
+                data = _loads(line)
                 break
             except ValueError:
                 continue
         if data is None:
-            raise BenchResultError('the result file is not JSON (first bytes: %r)' % stripped[:60])
-    if isinstance(data, list):
+            raise BenchResultError('the result file is not JSON, or nested too deeply, or with a number too long '
+                                   '(first bytes: %r)' % stripped[:60])
+    return _one_object(data)
+
+
+def _one_object(data):
+    if isinstance(data, (list, tuple)):
         objects = [item for item in data if isinstance(item, dict)]
         if not objects:
             raise BenchResultError('the result file holds a list without any result object')
@@ -119,18 +156,23 @@ def load_result_text(text):
 
 
 def _nested_metric(data, metric, stat):
-    """Newer layouts may group latencies: {"ttft": {"mean": ..}} or {"ttft_ms": {..}}, in ms or s."""
-    for container_key, scale in (('%s_ms' % metric, 1.0), (metric, 1.0), ('%s_s' % metric, 1000.0)):
-        container = data.get(container_key)
-        if isinstance(container, dict):
-            value = _number(container.get(stat))
-            if value is None and stat == 'median':
-                value = _number(container.get('p50'))
-            if value is not None:
-                return value * scale
-    metrics = data.get('metrics')
-    if isinstance(metrics, dict) and metrics is not data:
-        return _nested_metric(metrics, metric, stat)
+    """Newer layouts may group latencies: {"ttft": {"mean": ..}} or {"ttft_ms": {..}}, in ms or s.
+
+    Follows "metrics" objects MAX_NESTING levels deep at most.
+    """
+    for dummy in range(MAX_NESTING):
+        for container_key, scale in (('%s_ms' % metric, 1.0), (metric, 1.0), ('%s_s' % metric, 1000.0)):
+            container = data.get(container_key)
+            if isinstance(container, dict):
+                value = _number(container.get(stat))
+                if value is None and stat == 'median':
+                    value = _number(container.get('p50'))
+                if value is not None:
+                    return _finite(value * scale)
+        metrics = data.get('metrics')
+        if not isinstance(metrics, dict) or metrics is data:
+            return None
+        data = metrics
     return None
 
 
@@ -167,7 +209,7 @@ def _from_samples(data, metric, stat):
         result = _percentile(values, 50)
     else:
         result = _percentile(values, 99)
-    return result * 1000.0
+    return _finite(result * 1000.0)
 
 
 def _latency(data, metric, stat, notes):
@@ -195,7 +237,9 @@ def parse_result(data, concurrency=None, source=None):
     ``ROW_METRICS`` (ms; None when absent), model_id, backend, date, source
     and ``notes`` (what was missing or derived).
     """
-    if not isinstance(data, dict):
+    if isinstance(data, (list, tuple)):
+        data = _one_object(data)
+    elif not isinstance(data, dict):
         data = load_result_text(data)
     notes = []
     row = {'source': source}
@@ -235,24 +279,24 @@ def parse_result(data, concurrency=None, source=None):
 
     output, dummy = _first(data, ('output_throughput', 'output_token_throughput', 'output_tokens_per_second'))
     if output is None and usable_duration and row['total_output_tokens'] is not None:
-        output = row['total_output_tokens'] / usable_duration
+        output = _finite(row['total_output_tokens'] / usable_duration)
         notes.append('output_tok_s = total_output_tokens / duration')
     row['output_tok_s'] = output
 
     input_rate, dummy = _first(data, ('input_throughput', 'input_token_throughput'))
     if input_rate is None and usable_duration and row['total_input_tokens'] is not None:
-        input_rate = row['total_input_tokens'] / usable_duration
+        input_rate = _finite(row['total_input_tokens'] / usable_duration)
     row['input_tok_s'] = input_rate
 
     total, dummy = _first(data, ('total_token_throughput', 'total_throughput', 'total_tokens_per_second'))
     if total is None and output is not None and input_rate is not None:
-        total = output + input_rate
+        total = _finite(output + input_rate)
         notes.append('total_tok_s = input + output throughput (no "total_token_throughput" field)')
     row['total_tok_s'] = total
 
     requests, key = _first(data, ('request_throughput', 'request_inthroughput', 'requests_per_second'))
     if requests is None and usable_duration and row['completed'] is not None:
-        requests = row['completed'] / usable_duration
+        requests = _finite(row['completed'] / usable_duration)
         notes.append('request_s = completed / duration')
     row['request_s'] = requests
 
@@ -265,16 +309,32 @@ def parse_result(data, concurrency=None, source=None):
 
     for key in ('model_id', 'backend', 'date', 'label', 'tokenizer_id'):
         value = data.get(key)
+        if isinstance(value, float) and not math.isfinite(value):
+            value = None
+        elif isinstance(value, int) and not isinstance(value, bool):
+            value = _count(value) if _number(value) is not None else None
         row[key] = value if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
     if row['backend'] is None and isinstance(data.get('endpoint_type'), str):
         row['backend'] = data['endpoint_type']
 
     if row['completed'] is None and output is None:
         raise BenchResultError('this is not a vllm bench serve result: it has neither "completed" nor any '
-                               'throughput field (keys: %s)' % ', '.join(sorted(data)[:12]))
+                               'throughput field (keys: %s)' % _keys(data))
     row['ok'] = bool(row['completed']) and failed == 0
     row['notes'] = notes
     return row
+
+
+def _clean_row(row):
+    """A copy of a row given back by a caller, with every figure a finite number or None (types may be wrong)."""
+    clean = dict(row)
+    for key in ('concurrency', 'num_prompts', 'completed', 'failed', 'total_input_tokens', 'total_output_tokens'):
+        clean[key] = _count(row.get(key))
+    for key in ('duration_s', 'output_tok_s', 'input_tok_s', 'total_tok_s', 'request_s', 'peak_output_tok_s') + ROW_METRICS:
+        clean[key] = _number(row.get(key))
+    if not isinstance(clean.get('notes'), list):
+        clean['notes'] = []
+    return clean
 
 
 def _level_ok(row):
@@ -301,7 +361,7 @@ def summarize(rows, single_stream_concurrency=1):
     levels = []
     for row in rows:
         if isinstance(row, dict) and 'output_tok_s' in row and 'notes' in row:
-            levels.append(row)
+            levels.append(_clean_row(row))
         else:
             levels.append(parse_result(row))
     levels.sort(key=lambda r: (r.get('concurrency') is None, r.get('concurrency') or 0))
@@ -348,6 +408,8 @@ def find_baseline(baselines, model):
         return baselines, model
     if model is None:
         return None, None
+    if not isinstance(model, (str, int, float)):
+        raise ValueError('the model name must be text, got %s' % type(model).__name__)
     if model in baselines:
         return baselines[model], model
     lowered = str(model).lower()
