@@ -411,11 +411,11 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
                     listed[0] += 1
                     if max_entries is not None and listed[0] > max_entries:
                         raise ArtifactError('the scan stopped at %s: more than %d directory entries were read in '
-                                            'all (max_entries), nothing was removed. Scan fewer or smaller '
+                                            'all (max_entries). Scan fewer or smaller '
                                             'directories (or less deep), or raise max_entries.'
                                             % (safe_text(here), max_entries))
                     if deadline is not None and listed[0] % 1000 == 0:
-                        deadline.check('scanning %s (nothing was removed)' % safe_text(here))
+                        deadline.check('scanning %s' % safe_text(here))
                     found.append(entry)
         except OSError as exc:
             skip(here, 'cannot list directory: %s' % _reason(exc))
@@ -439,7 +439,7 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
 
     for top in paths:
         if deadline is not None:
-            deadline.check('starting the scan of %s (nothing was removed)' % safe_text(top))
+            deadline.check('starting the scan of %s' % safe_text(top))
         try:
             fd = _open_top(top)
         except OSError as exc:
@@ -508,7 +508,7 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
                     continue
                 if depth >= depth_limit:
                     raise ArtifactError('the scan stopped at %s: it is more than %d levels of subdirectories below '
-                                        '%s (the depth bound), nothing was removed. Set max_depth to scan less deep, '
+                                        '%s (the depth bound). Set max_depth to scan less deep, '
                                         'or look at that tree by hand.' % (safe_text(full), depth_limit, safe_text(top)))
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
@@ -574,7 +574,7 @@ def find_holders(candidates, proc='/proc', deadline=None, fds_limit=HOLDER_FDS_L
         return 0, 0
     for pid in pids:
         if deadline is not None:
-            deadline.check('looking for processes that hold the dumps open in %s (nothing was removed)' % proc)
+            deadline.check('looking for processes that hold the dumps open in %s' % proc)
         fd_dir = os.path.join(proc, pid, 'fd')
         fds = []
         try:

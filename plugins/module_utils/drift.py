@@ -29,7 +29,14 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import human_bytes, scan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
+    MAX_ENTRIES,
+    ArtifactError,
+    Deadline,
+    human_bytes,
+    safe_text,
+    scan,
+)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
     IntegrityError,
@@ -194,17 +201,28 @@ def check_configs(model_dirs, files=None, symlinks="copy"):
     return present, results, errors
 
 
-def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remove_link", min_age=None):
-    """What the debug_artifacts role would remove: count, bytes and the first files."""
-    candidates, skipped = scan(paths, patterns, recursive=recursive, max_depth=max_depth, symlinks=symlinks,
-                               min_age=min_age)
+def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remove_link", min_age=None,
+               max_entries=MAX_ENTRIES, timeout=None):
+    """What the debug_artifacts role would remove: count, bytes and the first files.
+
+    A scan stopped by one of its bounds (max_entries, the depth bound, the
+    timeout in seconds) gives count 0 and ``error``, the reason: the dumps
+    could not be counted, which judge() reports as drift.
+    """
+    try:
+        candidates, skipped = scan(paths or [], patterns or [], recursive=recursive, max_depth=max_depth,
+                                   symlinks=symlinks, min_age=min_age, max_entries=max_entries,
+                                   deadline=Deadline(timeout) if timeout else None)
+    except ArtifactError as exc:
+        return {"count": 0, "bytes": 0, "bytes_human": "not counted: %s" % exc, "files": [], "skipped": [],
+                "error": str(exc)}
     found = sorted(candidates, key=lambda c: c.path)
     total = sum(c.size for c in found)
     return {
         "count": len(found),
         "bytes": total,
         "bytes_human": human_bytes(total),
-        "files": [c.path for c in found[:LIST_MAX]],
+        "files": [safe_text(c.path) for c in found[:LIST_MAX]],
         "skipped": skipped[:LIST_MAX],
     }
 
@@ -235,7 +253,7 @@ def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, e
         drift.append("build")
     if (strip and configs_present) or config_errors:
         drift.append("config")
-    if dumps["count"]:
+    if dumps["count"] or dumps.get("error"):
         drift.append("dumps")
     if unit.get("unit") and unit.get("ActiveState") != "active":
         drift.append("unit")

@@ -27,6 +27,7 @@ description:
   - B(Unit.) The unit's state is read from C(systemctl show).
   - B(GPUs.) The GPUs are read through NVML, with the same code as M(gpufleet.vllm.nvml_vram). An optional
     expectation (O(expect)) can be checked.
+  - Names that are not UTF-8 are shown in the result with the odd bytes escaped (C(dump\xff_tp0.pt)).
   - Drift is judged on the host, so RV(row.drift) names its classes. V(integrity) means not pristine or no
     environment. V(build) means not O(expected_version). V(config) means SM120 KV-cache keys present where they
     must not be, or a model config that cannot be read. V(dumps) means debug dumps present. V(unit) means the unit is
@@ -142,6 +143,19 @@ options:
     description:
       - Only count dumps older than this, for example V(10m) or V(2h).
     type: str
+  artifact_max_entries:
+    description:
+      - The most directory entries the dump scan reads, over all O(artifact_paths) and their subdirectories together.
+        However deep O(artifact_recursive=true) goes, it enters at most 2000 levels of subdirectories.
+      - A scan stopped by one of these bounds or by O(artifact_timeout) counts no dumps. It is V(dumps) drift, and
+        RV(dumps.error) and RV(row.dumps_bytes) say which bound stopped it and where.
+    type: int
+    default: 100000
+  artifact_timeout:
+    description:
+      - The most seconds the dump scan may take.
+    type: int
+    default: 300
   unit:
     description:
       - The systemd unit of the vLLM server, for example V(vllm-kimi-k25.service). If it is not active, that is
@@ -171,7 +185,8 @@ attributes:
     platforms: posix
 notes:
   - The integrity check reads and hashes every file of the distribution, so it takes a second or two for a vLLM
-    wheel. This is the whole cost of the module.
+    wheel. This is the whole cost of the module. The dump scan is bounded by O(artifact_max_entries) and
+    O(artifact_timeout).
   - O(expect) is checked once, with no waiting.
 requirements:
   - Python 3.10 or newer on the managed host.
@@ -263,7 +278,7 @@ row:
       type: int
       sample: 35
     dumps_bytes:
-      description: Their size, in decimal units.
+      description: Their size, in decimal units; C(not counted:) and the reason when the scan stopped at a bound.
       type: str
       sample: 65.3 MB
     unit:
@@ -369,6 +384,10 @@ dumps:
       description: Entries left out of the scan, with the reason (at most 20).
       type: list
       elements: dict
+    error:
+      description: Why the dumps were not counted, when the scan stopped at one of its bounds (then V(dumps) drift).
+      type: str
+      returned: when the scan stopped
 unit:
   description: The unit's C(LoadState), C(ActiveState), C(SubState), C(MainPID) and C(FragmentPath), plus C(unit), and
     C(error) when it could not be read. Only C(unit) when O(unit) is left out.
@@ -389,7 +408,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     DEFAULT_PATHS,
     DEFAULT_PATTERNS,
+    MAX_ENTRIES,
     ArtifactError,
+    safe_result,
     validate_options,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import CONFIG_POLICIES, gather
@@ -419,6 +440,8 @@ def main():
             artifact_max_depth=dict(type="int"),
             artifact_symlinks=dict(type="str", choices=["remove_link", "skip"], default="remove_link"),
             artifact_min_age=dict(type="str"),
+            artifact_max_entries=dict(type="int", default=MAX_ENTRIES),
+            artifact_timeout=dict(type="int", default=300),
             unit=dict(type="str"),
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
@@ -433,7 +456,10 @@ def main():
     try:
         paths, min_age = validate_options(params["artifact_paths"], params["artifact_patterns"],
                                           recursive=params["artifact_recursive"],
-                                          max_depth=params["artifact_max_depth"], min_age=params["artifact_min_age"])
+                                          max_depth=params["artifact_max_depth"], min_age=params["artifact_min_age"],
+                                          max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"],
+                                          names=dict((n, "artifact_" + n) for n in (
+                                              "paths", "patterns", "max_depth", "max_entries", "timeout")))
     except ArtifactError as exc:
         problems.append("artifact options: %s" % exc)
         paths, min_age = [], None
@@ -450,16 +476,22 @@ def main():
     def run(argv):
         return module.run_command(argv, check_rc=False)
 
-    result = gather(
-        run, module.get_bin_path("systemctl") if params["unit"] else None,
-        link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
-        model_dirs=params["model_dirs"], model_files=params["model_files"], symlinks=params["model_symlinks"],
-        config_policy=params["config_policy"],
-        dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
-                   max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age),
-        unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
-        expected_version=params["expected_version"])
-    module.exit_json(**result)
+    try:
+        result = gather(
+            run, module.get_bin_path("systemctl") if params["unit"] else None,
+            link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
+            model_dirs=params["model_dirs"], model_files=params["model_files"], symlinks=params["model_symlinks"],
+            config_policy=params["config_policy"],
+            dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
+                       max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,
+                       max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),
+            unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
+            expected_version=params["expected_version"])
+    except Exception as exc:  # pylint: disable=broad-except
+        module.fail_json(**safe_result(dict(
+            msg="gpufleet.vllm.drift_info stopped on an unexpected error (%s: %s); nothing was changed, and no row "
+                "could be made for this host." % (type(exc).__name__, exc), changed=False)))
+    module.exit_json(**safe_result(result))
 
 
 if __name__ == "__main__":

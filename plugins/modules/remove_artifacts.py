@@ -309,7 +309,7 @@ def main():
         if gone:
             text += (' %d file(s) (%s) had been removed before it stopped: they are listed in removed.'
                      % (len(gone), human_bytes(facts['bytes_freed'])))
-        elif 'nothing was removed' not in text.lower():
+        else:
             text += ' Nothing was removed.'
         fail(text, check_mode=module.check_mode, **facts)
     except Exception as exc:  # pylint: disable=broad-except

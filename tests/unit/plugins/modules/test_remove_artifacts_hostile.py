@@ -173,7 +173,7 @@ def test_depth_bound_fails_clearly_before_removing(deep, run, monkeypatch):
     assert rc == 1
     assert 'more than 50 levels of subdirectories below %s (the depth bound)' % top in result['msg']
     assert os.path.join(top, *(['d'] * 51)) in result['msg']
-    assert 'nothing was removed' in result['msg'] and result['count'] == 0
+    assert result['msg'].endswith(' Nothing was removed.') and result['count'] == 0
     assert os.path.exists(os.path.join(top, 'embed_debug_tp1.pt'))
     # max_depth below the bound scans what it is asked to
     rc, result = run({'paths': [top], 'recursive': True, 'max_depth': 50})
@@ -192,7 +192,7 @@ def test_entry_bound_fails_clearly_before_removing(tmp_path, run):
     rc, result = run({'paths': [str(top)], 'max_entries': 20})
     assert rc == 1
     assert 'the scan stopped at %s: more than 20 directory entries were read in all (max_entries)' % top in result['msg']
-    assert 'nothing was removed' in result['msg'] and result['count'] == 0 and result['changed'] is False
+    assert result['msg'].endswith(' Nothing was removed.') and result['count'] == 0 and result['changed'] is False
     assert len(os.listdir(str(top))) == 35
     rc, result = run({'paths': [str(top)], 'max_entries': 35})
     assert rc == 0 and result['count'] == 35
