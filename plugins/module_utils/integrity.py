@@ -117,7 +117,8 @@ _CHUNK = 1 << 20          # per-thread read buffer
 _SMALL = 1 << 18          # files up to this size are read with one call
 _TEXT_LIMIT = 4 << 20     # largest file that is scanned or diffed
 _MAX_ARCHIVE_ENTRIES = 100000
-_RECORD_LIMIT = 256 << 20
+#: Largest RECORD read (installed or in a wheel); vLLM's is about 1 MiB.
+RECORD_LIMIT = 64 << 20
 
 #: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
 #: (``.pth`` files, sitecustomize) run, so the venv is found from its
@@ -468,7 +469,7 @@ def _parse_row(row, line, malformed):
         return None
     size = None
     if size_text:
-        if size_text.isdigit():
+        if _SIZE_TEXT(size_text):
             size = int(size_text)
         else:
             malformed.append({"line": line, "path": path, "reason": "size %r is not a non-negative integer" % size_text[:40]})
@@ -493,6 +494,8 @@ def _parse_row(row, line, malformed):
 
 
 _SHA256_TEXT = re.compile(r"[A-Za-z0-9_-]{43}\Z").match
+#: A RECORD size: ASCII digits only (str.isdigit also accepts "²"), at most 20.
+_SIZE_TEXT = re.compile(r"[0-9]{1,20}\Z").match
 
 
 def _parse_record_text(text):
@@ -506,7 +509,7 @@ def _parse_record_text(text):
             # fast path: the usual "path,sha256=<43 chars>,size" row
             if len(row) == 3:
                 path, hash_text, size_text = row
-                if (hash_text[:7] == "sha256=" and size_text.isdigit() and path and "\x00" not in path
+                if (hash_text[:7] == "sha256=" and _SIZE_TEXT(size_text) and path and "\x00" not in path
                         and valid(hash_text, 7)):
                     digest = a2b(hash_text[7:].replace("-", "+").replace("_", "/") + "=")
                     append(RecordRow(path, "sha256", digest, int(size_text), number, hash_text))
@@ -538,15 +541,30 @@ def _parse_record_text(text):
     return rows, malformed
 
 
-def read_record(path):
-    """Parse a RECORD file with :mod:`csv`.
+def parse_record(data, where="RECORD", limit=None):
+    """Parse the bytes of a RECORD file with :mod:`csv`.
 
     Returns ``(rows, malformed)``: the valid :class:`RecordRow` objects and
     one dict (``line``, ``path``, ``reason``) per row that could not be
-    understood.  Raises OSError when the file cannot be read.
+    understood (bad CSV, wrong field count, NUL bytes, odd sizes or hashes).
+    Bytes that are not UTF-8 are kept as surrogate escapes (the file names
+    they stand for still work).  Raises :class:`IntegrityError` only when the
+    data is larger than ``limit`` bytes.
     """
-    raw = _read_regular(path, _RECORD_LIMIT)
-    return _parse_record_text(raw.decode("utf-8", "surrogateescape"))
+    limit = RECORD_LIMIT if limit is None else limit
+    if len(data) > limit:
+        raise IntegrityError("%s is larger than %d bytes (the limit for a RECORD file); it was not parsed" % (where, limit))
+    return _parse_record_text(data.decode("utf-8", "surrogateescape"))
+
+
+def read_record(path, limit=None):
+    """Read and parse a RECORD file (see :func:`parse_record`).
+
+    Raises OSError when the file cannot be read (a symbolic link is not
+    followed) and :class:`IntegrityError` when it is larger than ``limit``.
+    """
+    limit = RECORD_LIMIT if limit is None else limit
+    return parse_record(_read_regular(path, limit + 1), path, limit)
 
 
 def _b64(digest):
@@ -955,10 +973,12 @@ def _diff_one(zf, member, installed, rel, max_bytes):
 
 def _wheel_record(zf):
     """path -> RecordRow of the wheel's own RECORD ({} when it has none)."""
-    for name in zf.namelist():
-        parts = name.split("/")
+    for info in zf.infolist():
+        parts = info.filename.split("/")
         if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
-            rows, dummy = _parse_record_text(zf.read(name).decode("utf-8", "surrogateescape"))
+            if info.file_size > RECORD_LIMIT:
+                raise IntegrityError("its RECORD is larger than %d bytes" % RECORD_LIMIT)
+            rows, dummy = parse_record(zf.read(info), limit=RECORD_LIMIT)
             return dict((r.path, r) for r in rows)
     return {}
 
@@ -996,6 +1016,33 @@ def _empty_result(dist_name):
         "elapsed": 0.0,
         "msg": "",
     }
+
+
+def safe_text(text):
+    """``text`` as valid UTF-8 text for a module result: bytes that were not
+    UTF-8 (surrogate escapes from the file system or a RECORD) and NUL
+    characters are shown as backslash escapes instead of breaking the result."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "surrogateescape")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\0") if "\x00" in text else text
+
+
+def _clean(value):
+    """A copy of a result value with every string made :func:`safe_text`."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return dict((safe_text(k) if isinstance(k, str) else k, _clean(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
 
 
 def _within(path, root):
@@ -1137,6 +1184,9 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
         result["offenders"] = check.offenders[:check.max_list]
         result["elapsed"] = round(time.monotonic() - started, 4)
         result["msg"] = drift_summary(result)
+        cleaned = _clean(result)
+        result.clear()
+        result.update(cleaned)
         return result
 
     if len(metas) > 1:
@@ -1156,6 +1206,8 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
                       "reinstall it from a wheel" % meta_path)
     except OSError as exc:
         return finish("its RECORD %s cannot be read (%s)" % (record_path, exc.strerror or exc))
+    except IntegrityError as exc:
+        return finish(str(exc))
     editable = _editable_reason(meta_path, rows)
     if editable:
         return finish(editable)
@@ -1420,7 +1472,11 @@ def _compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_r
         result["wheel_error"] = "The wheel %s cannot be opened: %s." % (path, exc)
         return
     with zf:
-        wheel_rows = _wheel_record(zf)
+        try:
+            wheel_rows = _wheel_record(zf)
+        except (IntegrityError, OSError, zipfile.BadZipFile, RuntimeError, ValueError) as exc:
+            result["wheel_error"] = "The wheel %s cannot be used: %s." % (path, exc)
+            return
         if not wheel_rows:
             result["wheel_error"] = "The wheel %s has no RECORD." % path
         # The installed RECORD must carry the wheel's hashes: a rewritten RECORD

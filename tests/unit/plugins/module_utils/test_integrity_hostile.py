@@ -12,6 +12,7 @@ files; each test makes the fault happen and checks the result.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import json
 import os
 import shutil
 import subprocess
@@ -118,3 +119,44 @@ def test_edited_script_through_a_linked_site_packages_is_still_caught(linked_sit
     result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
     assert [f["path"] for f in result["files"]["modified"]] == ["../../../bin/demo-cli"]
     assert result["counts"]["outside"] == 0 and result["pristine"] is False
+
+
+# ---------------------------------------------------------------------------
+# Hostile RECORD files
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def demo(tmp_path):
+    wheel = helpers.make_wheel(tmp_path)
+    root = tmp_path / "venv"
+    site = helpers.install_wheel(wheel, root)
+    return str(root), site, os.path.join(site, "demo-1.0.dist-info", "RECORD")
+
+
+def append_record(record, data):
+    with open(record, "ab") as handle:
+        handle.write(data)
+
+
+def test_record_with_non_utf8_paths_and_odd_sizes_gives_a_valid_utf8_result(demo):
+    root, site, record = demo
+    with open(os.path.join(site, "demo", b"\xff-extra.py".decode("utf-8", "surrogateescape")), "wb") as handle:
+        handle.write(b"x = 1\n")
+    append_record(record, b"demo/\xfe-gone.py,,12\ndemo/sizes.py,,\xc2\xb2\n\x00nul,,1\n")
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    text = json.dumps(result, ensure_ascii=False).encode("utf-8").decode("utf-8")
+    assert "demo/\\xfe-gone.py" in [f["path"] for f in result["files"]["missing"]]
+    assert "demo/\\xff-extra.py" in [f["path"] for f in result["files"]["unowned"]]
+    assert "\\udc" not in text.encode("unicode_escape").decode("ascii")
+    reasons = dict((m["path"], m["reason"]) for m in result["files"]["malformed"])
+    assert "is not a non-negative integer" in reasons["demo/sizes.py"]
+    assert result["pristine"] is False and result["verifiable"] is True
+
+
+def test_record_larger_than_the_limit_cannot_be_verified(demo, monkeypatch):
+    root, site, record = demo
+    monkeypatch.setattr(integrity, "RECORD_LIMIT", os.path.getsize(record) - 1)
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert result["verifiable"] is False and result["pristine"] is False
+    assert "is larger than %d bytes" % (os.path.getsize(record) - 1) in result["reason"]
+    assert record in result["reason"]
