@@ -335,6 +335,7 @@ class _DeadlineHTTPSHandler(urllib.request.HTTPSHandler):
         self.deadline = deadline
 
     def https_open(self, req):
+        # the TLS handshake is bounded by the connection's timeout in all (CPython's ssl counts it as one)
         return self.do_open(_deadline_connection(http.client.HTTPSConnection, self.deadline), req,
                             context=self._context)
 

@@ -12,6 +12,9 @@ client without the bounds makes the test fail instead of hanging it.
 
 import json
 import os
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -137,6 +140,52 @@ def test_a_trickling_server_is_cut_off_at_the_request_deadline(serve, behaviour)
     assert elapsed < 1.0 + 0.5, "the request took %.1f s, its timeout is 1 s" % elapsed
     assert exc.value.kind == "timeout"
     assert "no complete answer within 1.0 s" in str(exc.value)
+
+
+def test_a_tls_handshake_that_trickles_is_cut_off_at_the_request_deadline():
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def trickle_tls():
+        conn, dummy = listener.accept()
+        with conn:
+            conn.recv(65536)  # the ClientHello
+            ends = time.monotonic() + SERVER_LIFETIME
+            try:
+                conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB, then one byte at a time
+                while time.monotonic() < ends:
+                    conn.sendall(b"\x00")
+                    time.sleep(0.2)
+            except OSError:
+                pass
+    thread = threading.Thread(target=trickle_tls, daemon=True)
+    thread.start()
+    try:
+        client = vllm_api.VllmClient("https://127.0.0.1:%d" % port, timeout=1.0, validate_certs=False)
+        started = time.monotonic()
+        with pytest.raises(vllm_api.VllmApiError) as exc:
+            client.health()
+        elapsed = time.monotonic() - started
+        assert elapsed < 1.0 + 0.5, "the TLS handshake took %.1f s, the request's timeout is 1 s" % elapsed
+        assert exc.value.kind == "timeout"
+    finally:
+        listener.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make a test certificate")
+def test_https_answers_are_read_as_before(serve, tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", str(tmp_path / "key.pem"), "-out", str(tmp_path / "cert.pem"), "-days", "1",
+                    "-subj", "/CN=127.0.0.1"], check=True, capture_output=True, timeout=30)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tmp_path / "cert.pem"), str(tmp_path / "key.pem"))
+    server = serve(answer_models)
+    server.httpd.socket = context.wrap_socket(server.httpd.socket, server_side=True)
+    url = server.url.replace("http:", "https:")
+    assert vllm_api.VllmClient(url, timeout=3.0, validate_certs=False).models() == ["m"]
+    with pytest.raises(vllm_api.VllmApiError) as exc:
+        vllm_api.VllmClient(url, timeout=3.0).models()
+    assert str(exc.value).startswith("TLS error") and "CERTIFICATE_VERIFY_FAILED" in str(exc.value)
 
 
 def endless_body(handler):
