@@ -461,9 +461,8 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
                 if fd is None:
                     try:
                         fd = _open_chain(top, chain, dir_ids)
-                    except OSError as exc:
-                        skip(here, 'directory moved or replaced during the scan, the rest of it was not read: %s'
-                             % _reason(exc))
+                    except OSError:
+                        skip(here, 'directory moved or replaced during the scan; the rest of it was not read')
                         frame[4] = len(entries)
                         continue
                 frame[4] = index + 1
@@ -618,8 +617,8 @@ def find_holders(candidates, proc='/proc', deadline=None, fds_limit=HOLDER_FDS_L
 
 def _comm(proc, pid):
     try:
-        with open(os.path.join(proc, pid, 'comm')) as handle:
-            return handle.read().strip()
+        with open(os.path.join(proc, pid, 'comm'), errors='backslashreplace') as handle:
+            return handle.read(256).strip()
     except (IOError, OSError):
         return None
 

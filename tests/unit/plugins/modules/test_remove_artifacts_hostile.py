@@ -319,7 +319,7 @@ def test_holder_scan_is_bounded(tmp_path, monkeypatch):
     proc = tmp_path / 'proc'
     for pid, count in (('10', 2), ('11', 9)):
         (proc / pid / 'fd').mkdir(parents=True)
-        (proc / pid / 'comm').write_text('p%s\n' % pid)
+        (proc / pid / 'comm').write_bytes(b'p' * 100000 + b'\xff\n')  # a real comm has 16 bytes at most
         for num in range(count):
             os.symlink(str(top / ('embed_debug_tp%d.pt' % (num % 8))), str(proc / pid / 'fd' / str(num)))
     candidates, dummy = artifacts.scan([str(top)], artifacts.DEFAULT_PATTERNS)
@@ -327,7 +327,59 @@ def test_holder_scan_is_bounded(tmp_path, monkeypatch):
     assert (scanned, unreadable) == (1, 1)  # pid 11 has more descriptors than the bound
     held = sorted(c.name for c in candidates if c.in_use_by)
     assert held == ['embed_debug_tp0.pt', 'embed_debug_tp1.pt']
+    assert [h['name'] for c in candidates for h in c.in_use_by] == ['p' * 256] * 2
     ticks = iter(range(0, 10 ** 6, 100))
     monkeypatch.setattr(artifacts, '_clock', lambda: float(next(ticks)))
     with pytest.raises(artifacts.ArtifactError, match='time limit of 150 s .* processes that hold the dumps open'):
         artifacts.find_holders(candidates, proc=str(proc), deadline=artifacts.Deadline(150))
+
+
+def _on_listing(monkeypatch, path, change):
+    """Run change() once, when the scan lists the directory at path (through its descriptor)."""
+    real = os.scandir
+    done = []
+
+    def scandir(target='.'):
+        if isinstance(target, int) and not done and os.readlink('/proc/self/fd/%d' % target) == path:
+            done.append(path)
+            change()
+        return real(target)
+
+    monkeypatch.setattr(os, 'scandir', scandir)
+    return done
+
+
+def test_directory_moved_while_inside_it_is_reopened_from_the_top(tmp_path, monkeypatch):
+    top = tmp_path / 'top'
+    (top / 'a' / 'b').mkdir(parents=True)
+    for rel in ('a/b/embed_debug_tp0.pt', 'a/embed_debug_tp1.pt', 'embed_debug_tp2.pt'):
+        (top / rel).write_bytes(b'x')
+    # while b is read, b moves out of a: ".." of b is then top, not a, and a is re-opened by its chain
+    done = _on_listing(monkeypatch, str(top / 'a' / 'b'), lambda: os.rename(str(top / 'a' / 'b'), str(top / 'b2')))
+    candidates, skipped = artifacts.scan([str(top)], artifacts.DEFAULT_PATTERNS, recursive=True)
+    assert done
+    assert sorted(c.path for c in candidates) == sorted(str(top / rel) for rel in (
+        'a/b/embed_debug_tp0.pt', 'a/embed_debug_tp1.pt', 'embed_debug_tp2.pt'))
+    assert skipped == []
+
+
+def test_directory_replaced_while_inside_it_is_not_read_further(tmp_path, monkeypatch):
+    top = tmp_path / 'top'
+    (top / 'a' / 'b').mkdir(parents=True)
+    for rel in ('a/b/embed_debug_tp0.pt', 'a/embed_debug_tp1.pt', 'embed_debug_tp2.pt'):
+        (top / rel).write_bytes(b'x')
+
+    def swap():
+        os.rename(str(top / 'a' / 'b'), str(top / 'b2'))
+        os.rename(str(top / 'a'), str(top / 'a-old'))
+        (top / 'a').mkdir()
+        (top / 'a' / 'embed_debug_tp5.pt').write_bytes(b'planted')
+
+    done = _on_listing(monkeypatch, str(top / 'a' / 'b'), swap)
+    candidates, skipped = artifacts.scan([str(top)], artifacts.DEFAULT_PATTERNS, recursive=True)
+    assert done
+    # the rest of the old a (embed_debug_tp1.pt) is not read, nothing of the new a is taken; top goes on
+    assert sorted(c.path for c in candidates) == [str(top / 'a' / 'b' / 'embed_debug_tp0.pt'),
+                                                  str(top / 'embed_debug_tp2.pt')]
+    assert skipped == [{'path': str(top / 'a'), 'reason': 'directory moved or replaced during the scan; the rest of '
+                                                          'it was not read'}]
