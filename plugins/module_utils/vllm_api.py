@@ -699,15 +699,33 @@ def unit_stopped_reason(unit, state):
     return None
 
 
-def journal_tail(run_command, journalctl, unit, lines=30):
-    """The last ``lines`` lines of the unit's journal (a list of str; [] when unreadable)."""
+def journal_tail(run_command, journalctl, unit, lines=30, line_chars=2000):
+    """The last ``lines`` lines of the unit's journal (a list of str; [] when unreadable).
+
+    Bytes that are not UTF-8 (``run_command`` gives them as surrogate
+    escapes) are shown as ``\\xNN``; a line is cut at ``line_chars``.
+    """
     if not journalctl or lines <= 0:
         return []
     rc, out, dummy = run_command([journalctl, "--unit=" + unit, "--lines=%d" % lines, "--no-pager",
                                   "--output=short-iso", "--quiet"])
     if rc != 0:
         return []
-    return [line for line in out.splitlines() if line.strip()][-lines:]
+    tail = [line for line in out.splitlines() if line.strip()][-lines:]
+    return [_odd_bytes_shown(line[:line_chars] + ("..." if len(line) > line_chars else "")) for line in tail]
+
+
+def _odd_bytes_shown(text):
+    """TEXT (decoded with surrogateescape) as valid UTF-8 text, its odd bytes or lone surrogates as escapes."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failure_message(result, unit=None, journal=None, timeout_variable=None):
