@@ -22,7 +22,17 @@ description:
     over O(level_timeout)), leaves no result file, or any of its requests failed (C(vllm bench serve) exits 0 even
     when every request failed; the result's C(failed) field is read).
   - Returns the text of every result file in RV(files) and the parsed figures in RV(levels[].row), so that the whole
-    sweep costs one task. Each run is an argument list under coreutils C(timeout), never a shell.
+    sweep costs one task. Each run is an argument list under coreutils C(timeout), never a shell, in a session of
+    its own; should it outlive C(timeout) by 45 seconds, the module kills its whole process group.
+  - "Bounds: the whole sweep stops after O(sweep_timeout) seconds (each level gets at most what is left, and the
+    levels not run are named in RV(failure)); the output of C(vllm bench serve) goes to temporary files of which only
+    the last O(output_tail_kib) KiB of stdout and of stderr are read; a result file larger than O(result_max_mib)
+    MiB is not read (the level fails, the file stays on the host)."
+  - Refuses values that would break or change the command line before running anything - a control character
+    (newline, tab, NUL) in O(model), O(base_url), O(endpoint), O(backend), the paths, O(extra_args) or
+    O(metadata); a O(model), path, O(backend) or O(endpoint) that starts with C(-); a O(base_url) that is not
+    C(http://) or C(https://) with a host; an O(endpoint) without a leading C(/); a O(metadata) key with C(=); an
+    O(environment) name that is not a variable name.
   - Refuses to start when O(result_dir) already holds the result file of a level (results are never overwritten).
   - Used by the M(gpufleet.vllm.benchmark) role, which keeps the results on the control node and gates them.
 options:
@@ -111,6 +121,20 @@ options:
     description: Seconds to wait for the server to list O(model); V(0) checks once.
     type: int
     default: 60
+  sweep_timeout:
+    description:
+      - Wall-clock limit of the whole sweep in seconds. A level gets at most the time that is left; a level that
+        cannot start any more is reported in RV(failure), with the levels that completed kept.
+    type: int
+    default: 14400
+  result_max_mib:
+    description: Largest result file that is read and parsed, in MiB; a larger one fails its level.
+    type: int
+    default: 64
+  output_tail_kib:
+    description: KiB kept of the end of the stdout and of the stderr of each command (for RV(failure) and C(c<level>.log)).
+    type: int
+    default: 64
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -292,6 +316,9 @@ def main():
             environment=dict(type='dict', default={}),
             level_timeout=dict(type='int', default=1800),
             ready_timeout=dict(type='int', default=60),
+            sweep_timeout=dict(type='int', default=14400),
+            result_max_mib=dict(type='int', default=64),
+            output_tail_kib=dict(type='int', default=64),
         ),
         supports_check_mode=True,
     )
@@ -306,8 +333,12 @@ def main():
     if bad or len(set(levels)) != len(levels):
         module.fail_json(msg='concurrency levels, prompt counts and lengths must be positive and the levels distinct '
                              '(concurrency %s, num_prompts %s).' % (levels, prompts))
-    if params['level_timeout'] < 1:
-        module.fail_json(msg='level_timeout must be at least 1 second.')
+    for name in ('level_timeout', 'sweep_timeout', 'result_max_mib', 'output_tail_kib'):
+        if params[name] < 1:
+            module.fail_json(msg='%s must be at least 1, got %d. Nothing was run.' % (name, params[name]))
+    problems = bench_sweep.argv_problems(params)
+    if problems:
+        module.fail_json(msg='Refusing to run vllm bench serve: %s. Nothing was run.' % '; '.join(problems))
 
     settings = dict(params)
     settings['result_dir'] = params['result_dir'].rstrip('/') or '/'
@@ -345,9 +376,11 @@ def main():
         environ['OPENAI_API_KEY'] = params['api_key']
     timeout_executable = module.get_bin_path('timeout', required=True)
     settings['timeout_executable'] = timeout_executable
+    settings['result_max_bytes'] = params['result_max_mib'] * 1024 * 1024
+    tail_bytes = params['output_tail_kib'] * 1024
 
     def run(argv):
-        return module.run_command(argv, environ_update=environ)
+        return bench_sweep.run_capped(argv, environ_update=environ, limit=bench_sweep.backstop(argv), tail_bytes=tail_bytes)
 
     sweep = bench_sweep.run_sweep(run, settings)
     sweep['files'] = dict((name, text) for name, text in sweep['files'].items() if len(text) <= MAX_RESULT_BYTES)
