@@ -38,11 +38,11 @@ Only the Python standard library is used; :func:`write_plan` takes an
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import copy
 import fnmatch
 import json
 import os
 import re
+import stat
 import tempfile
 import time
 
@@ -56,8 +56,14 @@ DEFAULT_FILES = (
 
 _BOM = u'\ufeff'
 _WS = re.compile(r'[ \t\n\r]*')
-_NUMBER = re.compile(r'-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?')
-_LITERALS = ('true', 'false', 'null', 'NaN', 'Infinity', '-Infinity')
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_DECODER = json.JSONDecoder()
+
+# Bounds (documented in the model_config module).
+MAX_DEPTH = 128                 # nesting of objects and arrays
+MAX_SIZE = 64 * 1024 * 1024     # default cap on the size of one file, in bytes
+MAX_WALK_ENTRIES = 100000       # entries looked at in a Hugging Face cache's snapshots/
+MAX_WALK_DEPTH = 16             # directory levels below snapshots/
 
 
 class JSONEditError(Exception):
@@ -69,6 +75,7 @@ class JSONEditError(Exception):
         self.path = path
         self.line = line
         self.column = column
+        self.backup_file = None
 
 
 # --------------------------------------------------------------------------
@@ -118,137 +125,400 @@ def _segment_matches(segment, key):
 
 
 # --------------------------------------------------------------------------
-# position-recording scanner (input already validated by json.loads)
+# text made safe for a module result
 
 
-class _Node(object):
-    __slots__ = ('kind', 'start', 'end', 'members', 'items')
-
-    def __init__(self, kind, start):
-        self.kind = kind          # 'object', 'array' or 'scalar'
-        self.start = start
-        self.end = None
-        self.members = []         # object: list of _Member
-        self.items = []           # array: list of _Node
-
-
-class _Member(object):
-    __slots__ = ('key', 'key_start', 'value')
-
-    def __init__(self, key, key_start, value):
-        self.key = key
-        self.key_start = key_start
-        self.value = value
-
-
-def _skip_ws(text, pos):
-    return _WS.match(text, pos).end()
-
-
-def _scan_value(text, pos):
-    pos = _skip_ws(text, pos)
-    char = text[pos]
-    if char == '{':
-        node = _Node('object', pos)
-        pos = _skip_ws(text, pos + 1)
-        if text[pos] == '}':
-            node.end = pos + 1
-            return node
-        while True:
-            key_start = pos
-            key, pos = json.decoder.scanstring(text, pos + 1)
-            pos = _skip_ws(text, pos)
-            pos += 1  # ':'
-            value = _scan_value(text, pos)
-            node.members.append(_Member(key, key_start, value))
-            pos = _skip_ws(text, value.end)
-            if text[pos] == '}':
-                node.end = pos + 1
-                return node
-            pos = _skip_ws(text, pos + 1)  # ','
-    if char == '[':
-        node = _Node('array', pos)
-        pos = _skip_ws(text, pos + 1)
-        if text[pos] == ']':
-            node.end = pos + 1
-            return node
-        while True:
-            item = _scan_value(text, pos)
-            node.items.append(item)
-            pos = _skip_ws(text, item.end)
-            if text[pos] == ']':
-                node.end = pos + 1
-                return node
-            pos += 1  # ','
-    node = _Node('scalar', pos)
-    if char == '"':
-        node.end = json.decoder.scanstring(text, pos + 1)[1]
-        return node
-    for literal in _LITERALS:
-        if text.startswith(literal, pos):
-            node.end = pos + len(literal)
-            return node
-    match = _NUMBER.match(text, pos)
-    if not match:  # pragma: no cover - json.loads accepted the text
-        raise ValueError('unexpected character at offset %d' % pos)
-    node.end = match.end()
-    return node
-
-
-def _children(node):
-    if node.kind == 'object':
-        for index, member in enumerate(node.members):
-            yield member.key, member.value, index
-    elif node.kind == 'array':
-        for index, item in enumerate(node.items):
-            yield str(index), item, None
-
-
-def _find(node, segments, trail, out):
-    """Append (trail, object node, member index) for members matching segments."""
-    if not segments:
-        return
-    head = segments[0]
-    if head == '**':
-        _find(node, segments[1:], trail, out)
-        for key, child, dummy in _children(node):
-            _find(child, segments, trail + (key,), out)
-        return
-    for key, child, index in _children(node):
-        if not _segment_matches(head, key):
-            continue
-        if len(segments) == 1:
-            if index is not None:
-                out.append((trail + (key,), node, index))
+def printable(text):
+    """Text that encodes as UTF-8: undecodable bytes of a file name
+    (surrogateescape) become ``\\xNN``, lone surrogates (a JSON ``\\ud800``
+    escape) become ``\\ud800``; other text is returned as it is."""
+    if not isinstance(text, str):
+        return text
+    try:
+        text.encode('utf-8')
+        return text
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for char in text:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append('\\x%02x' % (code - 0xDC00))
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append('\\u%04x' % code)
         else:
-            _find(child, segments[1:], trail + (key,), out)
+            out.append(char)
+    return ''.join(out)
 
 
-def _first_match(root, key_paths):
-    """The match that starts first in the text (outermost wins on overlap)."""
-    found = []
-    for segments in key_paths:
-        _find(root, segments, (), found)
-    if not found:
-        return None
-    return min(found, key=lambda m: (m[1].members[m[2]].key_start, len(m[0])))
+def _printable_value(value):
+    """A parsed JSON value with every string made printable (depth is capped by MAX_DEPTH)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list):
+        return [_printable_value(v) for v in value]
+    if isinstance(value, dict):
+        return dict((printable(k), _printable_value(v)) for k, v in value.items())
+    return value
 
 
-def _cut_member(text, obj, index):
-    """Return text without member ``index`` of ``obj`` (and its separator)."""
-    members = obj.members
-    if len(members) == 1:
-        return text[:obj.start + 1] + text[obj.end - 1:]
-    if index < len(members) - 1:
-        return text[:members[index].key_start] + text[members[index + 1].key_start:]
-    return text[:members[index - 1].value.end] + text[members[index].value.end:]
+# --------------------------------------------------------------------------
+# syntax errors in words
 
 
-def _delete_concrete(data, keys):
-    parent = data
-    for key in keys[:-1]:
-        parent = parent[int(key)] if isinstance(parent, list) else parent[key]
-    parent.pop(keys[-1], None)
+def _excerpt(text, offset, width=60):
+    """The line holding offset, cut to about width characters around it, with
+    control characters escaped."""
+    start = text.rfind('\n', 0, offset) + 1
+    end = text.find('\n', offset)
+    if end < 0:
+        end = len(text)
+    if end - start > width:
+        left = max(start, min(offset - width // 2, end - width))
+        piece = ('...' if left > start else '') + text[left:left + width] + ('...' if left + width < end else '')
+    else:
+        piece = text[start:end]
+    return ''.join(c if c >= ' ' and c != '\x7f' else repr(c)[1:-1] for c in piece.rstrip('\r'))
+
+
+def _describe(text, pos, reason):
+    """What is at pos, in words, for the parser's reason."""
+    at = _WS.match(text, pos).end() if pos < len(text) else pos
+    char = text[at] if at < len(text) else ''
+    before = text[:pos].rstrip(' \t\r\n')[-1:]
+    if text.startswith('//', at):
+        return 'a // comment (JSON has no comments)'
+    if text.startswith('/*', at):
+        return 'a /* */ comment (JSON has no comments)'
+    if char == '#':
+        return 'a # comment (JSON has no comments)'
+    if char in '}]' and char and before == ',':
+        return "trailing comma before '%s'" % char
+    if char == "'":
+        return 'a single-quoted string (JSON needs double quotes)'
+    if reason.startswith('Invalid control character'):
+        return 'a raw control character %s inside a string (write it escaped, for example \\n or \\t)' % (
+            repr(text[pos:pos + 1]),)
+    if reason.startswith('Invalid \\escape') or reason.startswith('Invalid \\u'):
+        return 'an invalid escape %s in a string' % repr(text[pos:pos + 6])
+    if reason.startswith('Unterminated string'):
+        return 'a string that is never closed'
+    if reason.startswith('Extra data'):
+        return 'more text after the end of the JSON document'
+    if at >= len(text):
+        return 'the text ends early (empty file, or an object or array that is not closed)'
+    word = re.match(r'[A-Za-z_][A-Za-z0-9_]*', text[at:at + 64])
+    if word:
+        name = word.group(0)
+        if name in ('True', 'False', 'None'):
+            return "Python's %s (JSON spells it %s)" % (name, {'True': 'true', 'False': 'false', 'None': 'null'}[name])
+        if reason.startswith('Expecting property name'):
+            return "an unquoted key %s (JSON keys need double quotes)" % name
+        return 'an unquoted word %s' % name
+    if reason.startswith("Expecting ',' delimiter"):
+        return "a missing comma before %s" % repr(char)
+    if reason.startswith("Expecting ':' delimiter"):
+        return "a missing ':' before %s" % repr(char)
+    return 'unexpected %s' % repr(char)
+
+
+def _deepest(text, limit):
+    """Offset of the first bracket nested deeper than limit (strings skipped), or None."""
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        token = match.group(0)
+        if token in '[{':
+            depth += 1
+            if depth > limit:
+                return match.start()
+        elif token in ']}':
+            depth -= 1
+    return None
+
+
+def _too_deep(text, name, offset):
+    line, column = _position(text, offset) if offset is not None else (None, None)
+    where = ' (line %d, column %d)' % (line, column) if line else ''
+    return JSONEditError(
+        '%s nests objects and arrays deeper than %d levels%s; a model config is a few levels deep, so this is '
+        'not one. The file was left unchanged.' % (name, MAX_DEPTH, where), name, line, column)
+
+
+# --------------------------------------------------------------------------
+# parsing and matching
+
+
+def _constant(word):
+    return ('json constant', word)   # NaN, Infinity: equal to themselves, unlike float('nan')
+
+
+def _load_pairs(text, name):
+    """Parse text into nested lists (objects as lists of [key, value] pairs,
+    so repeated keys all stay); raise JSONEditError with what is wrong."""
+    try:
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+    except RecursionError:
+        raise _too_deep(text, name, _deepest(text, MAX_DEPTH))
+    except ValueError as exc:
+        pos = getattr(exc, 'pos', None)
+        line = getattr(exc, 'lineno', None)
+        column = getattr(exc, 'colno', None)
+        reason = getattr(exc, 'msg', str(exc))
+        if reason.endswith(' at'):  # "Invalid control character at"
+            reason = reason[:-3]
+        if pos is None:  # pragma: no cover - json always sets it
+            raise JSONEditError('%s is not valid JSON: %s. The file was left unchanged.' % (name, reason), name)
+        what = _describe(text, pos, reason)
+        raise JSONEditError(
+            '%s line %s column %s: %s. Line %s reads: \'%s\' (the parser says: %s at line %s, column %s). The file '
+            'was left unchanged; fix it by hand (or restore it from a backup) and run again.'
+            % (name, line, column, what, line, _excerpt(text, pos), reason, line, column),
+            name, line, column)
+
+
+def _pairs(pairs):
+    return _Obj(pairs)
+
+
+class _Obj(list):
+    """An object parsed as its list of (key, value) pairs."""
+    __slots__ = ()
+
+
+def loads(text, name='<json>'):
+    """json.loads that raises JSONEditError naming file, line, column and what is there."""
+    _load_pairs(text, name)
+    return json.loads(text)
+
+
+class _Matcher(object):
+    """Key paths as one automaton: a state is (path index, segment index)."""
+
+    def __init__(self, key_paths):
+        self.paths = key_paths
+        self.start = self._closure((p, 0) for p in range(len(key_paths)))
+        self._cache = {}
+
+    def _closure(self, states):
+        out = set()
+        todo = list(states)
+        while todo:
+            state = todo.pop()
+            if state in out:
+                continue
+            out.add(state)
+            path, index = state
+            if index < len(self.paths[path]) and self.paths[path][index] == '**':
+                todo.append((path, index + 1))
+        return frozenset(out)
+
+    def step(self, states, key):
+        """(states for the child under key, whether the child itself is matched)."""
+        if not states:
+            return states, False
+        cached = self._cache.get((states, key))
+        if cached is not None:
+            return cached
+        nxt = []
+        matched = False
+        for path, index in states:
+            segments = self.paths[path]
+            if index >= len(segments):
+                continue
+            segment = segments[index]
+            if segment == '**':
+                nxt.append((path, index))
+            elif _segment_matches(segment, key):
+                if index + 1 == len(segments):
+                    matched = True
+                else:
+                    nxt.append((path, index + 1))
+        result = (self._closure(nxt), matched)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[(states, key)] = result
+        return result
+
+
+def _scan(text, matcher, name):
+    """One pass over valid JSON text: return (cuts, matches).
+
+    cuts: disjoint (start, end) offsets to delete; matches: [trail, value
+    start, value end] of each removed member in document order.  A member
+    inside a removed one is not matched again (the outer one wins).  No
+    recursion: the open objects and arrays are an explicit stack, and nesting
+    deeper than MAX_DEPTH is refused.
+    """
+    scalar = _DECODER.scan_once
+    scanstring = json.decoder.scanstring
+    ws = _WS.match
+    empty = frozenset()
+    cuts = []
+    matches = []
+    # frames: [kind, start, states, (key, key start, matched, value start, matches so far) or index,
+    #          members, any removed, {key: (kind of value, key start, matches inside)}]
+    stack = []
+
+    def enter(frame, pos):
+        """Start the next member or item of frame at pos; return (value start, states for the value)."""
+        if frame[0] == '{':
+            key_start = pos
+            key, pos = scanstring(text, pos + 1)
+            pos = ws(text, ws(text, pos).end() + 1).end()
+            states, matched = matcher.step(frame[2], key)
+            frame[3] = (key, key_start, matched, pos, len(matches))
+            if matched:
+                frame[5] = True
+                matches.append([tuple(f[3][0] if f[0] == '{' else str(f[3]) for f in stack), pos, None])
+                states = empty
+            return pos, states
+        frame[3] = 0 if frame[3] is None else frame[3] + 1
+        return pos, (matcher.step(frame[2], str(frame[3]))[0] if frame[2] else empty)
+
+    pos = ws(text, 0).end()
+    states = matcher.start
+    while True:
+        char = text[pos]
+        if char == '{' or char == '[':
+            if len(stack) >= MAX_DEPTH:
+                raise _too_deep(text, name, pos)
+            frame = [char, pos, states, None, [], False, {}]
+            stack.append(frame)
+            pos = ws(text, pos + 1).end()
+            if text[pos] != '}' and text[pos] != ']':
+                pos, states = enter(frame, pos)
+                continue
+            stack.pop()
+            end = pos + 1
+        else:
+            end = scalar(text, pos)[1]
+        # a value ended at `end`: record it, then go on in its container
+        while stack:
+            frame = stack[-1]
+            if frame[0] == '{':
+                key, key_start, matched, value_start, before = frame[3]
+                frame[4].append((key_start, end, matched))
+                if matched:
+                    matches[-1][2] = end
+                else:
+                    _check_repeated(text, name, frame, key, key_start, value_start, len(matches) > before)
+            pos = ws(text, end).end()
+            if text[pos] == ',':
+                pos, states = enter(frame, ws(text, pos + 1).end())
+                break
+            stack.pop()
+            if frame[5]:
+                _object_cuts(frame, pos, cuts)
+            end = pos + 1
+        else:
+            return cuts, matches
+
+
+_KINDS = {'{': 'an object', '[': 'an array', '"': 'a string'}
+
+
+def _check_repeated(text, name, frame, key, key_start, value_start, inner):
+    """Refuse a key repeated in one object with values of different kinds when
+    a key to remove lies inside one of them: a JSON reader keeps only the last,
+    so the edit would be ambiguous."""
+    kind = _KINDS.get(text[value_start], 'a number or literal')
+    seen = frame[6].get(key)
+    if seen is None:
+        frame[6][key] = (kind, key_start, inner)
+        return
+    if seen[0] != kind and (inner or seen[2]):
+        line1, column1 = _position(text, seen[1])
+        line2, column2 = _position(text, key_start)
+        raise JSONEditError(
+            '%s: the key "%s" appears twice in one object (line %d, column %d and line %d, column %d), holding %s '
+            'and then %s, and a key to remove lies inside one of them. A JSON reader keeps only the last one, so '
+            'the edit is ambiguous. The file was left unchanged; remove the repeated key by hand.'
+            % (name, printable(key), line1, column1, line2, column2, seen[0], kind), name, line2, column2)
+    frame[6][key] = (kind, key_start, inner or seen[2])
+
+
+def _object_cuts(frame, close, cuts):
+    """Cuts for the removed members of one object (its `}` at close).
+
+    A removed member takes the text up to the next member's key; removed
+    members at the end take the comma after the last kept one; when every
+    member goes, everything between the braces goes.
+    """
+    members = frame[4]
+    kept = [i for i, m in enumerate(members) if not m[2]]
+    if not kept:
+        cuts.append((frame[1] + 1, close))
+        return
+    last = kept[-1]
+    for i, member in enumerate(members[:last]):
+        if member[2]:
+            cuts.append((member[0], members[i + 1][0]))
+    if last < len(members) - 1:
+        cuts.append((members[last][1], members[-1][1]))
+
+
+def _expected(tree, matcher):
+    """The parsed tree without the matched members (iterative, in place)."""
+    todo = [(tree, matcher.start)]
+    while todo:
+        node, states = todo.pop()
+        if not states:
+            continue
+        if isinstance(node, _Obj):
+            kept = []
+            for pair in node:
+                child, matched = matcher.step(states, pair[0])
+                if not matched:
+                    kept.append(pair)
+                    if isinstance(pair[1], list):
+                        todo.append((pair[1], child))
+            node[:] = kept
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                if isinstance(item, list):
+                    todo.append((item, matcher.step(states, str(index))[0]))
+    return tree
+
+
+def remove_keys(text, key_paths, name='<json>'):
+    """Remove every member matching one of key_paths from JSON text.
+
+    key_paths: iterable of dotted strings or of tuples from parse_key_path.
+    Returns (new_text, removed) where removed is a list of
+    ``{'key': 'a.b.c', 'value': <old value>}`` in document order.  new_text is
+    text itself (same object) when nothing matched.  Raises JSONEditError for
+    invalid JSON, for nesting deeper than MAX_DEPTH, and (never expected) for
+    an edit that would change more than the removed members.
+
+    The cost is linear in the size of the text: it is parsed once by
+    ``json``, scanned once for the members to remove, cut in one join and
+    parsed once more to check the result.
+    """
+    parsed = [k if isinstance(k, tuple) else parse_key_path(k) for k in key_paths]
+    tree = _load_pairs(text, name)
+    matcher = _Matcher(parsed)
+    cuts, matches = _scan(text, matcher, name)
+    if not matches:
+        return text, []
+    removed = [{'key': printable(format_key_path(trail)), 'value': _printable_value(json.loads(text[start:end]))}
+               for trail, start, end in matches]
+    cuts.sort()
+    pieces = []
+    last = 0
+    for start, end in cuts:
+        pieces.append(text[last:start])
+        last = end
+    pieces.append(text[last:])
+    new_text = ''.join(pieces)
+    expected = _expected(tree, matcher)
+    try:
+        ok = json.loads(new_text, object_pairs_hook=_pairs, parse_constant=_constant) == expected
+    except ValueError:
+        ok = False
+    if not ok:  # pragma: no cover - guard against a scanner bug
+        raise JSONEditError('internal error: the edit of %s would change more than the removed keys; '
+                            'nothing was written. Please report this with the file.' % name, name)
+    return new_text, removed
 
 
 def _position(text, offset):
@@ -259,65 +529,26 @@ def _position(text, offset):
 
 def decode(raw, name='<json>'):
     """Decode file bytes: return (text without BOM, bom) or raise JSONEditError."""
+    if raw[:2] in (b'\xff\xfe', b'\xfe\xff'):
+        raise JSONEditError('%s is UTF-16 text (it starts with a UTF-16 byte order mark). JSON files must be '
+                            'UTF-8; the file was left unchanged.' % name, name, 1, 1)
     try:
         text = raw.decode('utf-8')
     except UnicodeDecodeError as exc:
         prefix = raw[:exc.start].decode('utf-8', 'replace')
         line, column = _position(prefix, len(prefix))
         raise JSONEditError(
-            '%s is not UTF-8 text (invalid byte at line %d, column %d). JSON files must be UTF-8; '
-            'the file was left unchanged.' % (name, line, column), name, line, column)
+            '%s is not UTF-8 text (invalid byte 0x%02x at line %d, column %d). JSON files must be UTF-8; '
+            'the file was left unchanged.' % (name, raw[exc.start], line, column), name, line, column)
     bom = ''
     if text.startswith(_BOM):
         bom, text = _BOM, text[1:]
+    if '\x00' in text:
+        offset = text.index('\x00')
+        line, column = _position(text, offset)
+        raise JSONEditError('%s contains a NUL byte at line %d, column %d (a truncated or binary file?); JSON '
+                            'text has none. The file was left unchanged.' % (name, line, column), name, line, column)
     return text, bom
-
-
-def loads(text, name='<json>'):
-    """json.loads that raises JSONEditError naming file, line and column."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        line = getattr(exc, 'lineno', None)
-        column = getattr(exc, 'colno', None)
-        reason = getattr(exc, 'msg', str(exc))
-        raise JSONEditError(
-            '%s is not valid JSON: %s at line %s, column %s. The file was left unchanged; '
-            'fix it by hand (or restore it from a backup) and run again.' % (name, reason, line, column),
-            name, line, column)
-
-
-def remove_keys(text, key_paths, name='<json>'):
-    """Remove every member matching one of key_paths from JSON text.
-
-    key_paths: iterable of dotted strings or of tuples from parse_key_path.
-    Returns (new_text, removed) where removed is a list of
-    ``{'key': 'a.b.c', 'value': <old value>}`` in document order.  new_text is
-    text itself (same object) when nothing matched.  Raises JSONEditError for
-    invalid JSON.
-    """
-    parsed = [k if isinstance(k, tuple) else parse_key_path(k) for k in key_paths]
-    data = loads(text, name)
-    expected = copy.deepcopy(data)
-    removed = []
-    current = text
-    while True:
-        root = _scan_value(current, 0)
-        match = _first_match(root, parsed)
-        if match is None:
-            break
-        trail, obj, index = match
-        member = obj.members[index]
-        removed.append({
-            'key': format_key_path(trail),
-            'value': json.loads(current[member.value.start:member.value.end]),
-        })
-        _delete_concrete(expected, trail)
-        current = _cut_member(current, obj, index)
-    if removed and json.loads(current) != expected:  # pragma: no cover - guard against a scanner bug
-        raise JSONEditError('internal error: the edit of %s would change more than the removed keys; '
-                            'nothing was written. Please report this with the file.' % name, name)
-    return current, removed
 
 
 # --------------------------------------------------------------------------
@@ -339,22 +570,45 @@ def hf_cache_repo(target):
     return None
 
 
-def links_sharing(target, exclude=None):
-    """Other symbolic links in the Hugging Face repo of target that resolve to it."""
+def _links_sharing(target, exclude=None, max_entries=MAX_WALK_ENTRIES, max_depth=MAX_WALK_DEPTH):
+    """(links, incomplete): the links in target's Hugging Face repo resolving to
+    it, and None or a sentence saying why the search stopped early.
+
+    The walk is iterative (no recursion), does not follow directory links,
+    looks at no more than max_entries entries and max_depth levels.
+    """
     repo = hf_cache_repo(target)
     if repo is None:
-        return []
+        return [], None
     exclude = os.path.abspath(exclude) if exclude else None
     found = []
-    for dirpath, dirnames, filenames in os.walk(os.path.join(repo, 'snapshots')):
-        for entry in sorted(dirnames + filenames):
-            full = os.path.join(dirpath, entry)
-            if full == exclude or not os.path.islink(full):
-                continue
-            if os.path.realpath(full) == target:
-                found.append(full)
-        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
-    return sorted(found)
+    seen = 0
+    incomplete = None
+    todo = [(os.path.join(repo, 'snapshots'), 0)]
+    while todo:
+        directory, depth = todo.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > max_entries:
+                        return sorted(found), 'more than %d entries under %s/snapshots' % (max_entries, repo)
+                    if entry.is_symlink():
+                        if entry.path != exclude and os.path.realpath(entry.path) == target:
+                            found.append(entry.path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        if depth + 1 > max_depth:
+                            incomplete = 'directories deeper than %d levels under %s/snapshots' % (max_depth, repo)
+                        else:
+                            todo.append((entry.path, depth + 1))
+        except OSError as exc:
+            incomplete = 'cannot list %s: %s' % (directory, exc.strerror or exc)
+    return sorted(found), incomplete
+
+
+def links_sharing(target, exclude=None):
+    """Other symbolic links in the Hugging Face repo of target that resolve to it (bounded walk)."""
+    return _links_sharing(target, exclude)[0]
 
 
 def _stat_key(st):
@@ -366,7 +620,8 @@ def directory_entries(path, files=None):
 
     ``files``: list of ``{'name', 'absent', 'required'}`` dicts (None:
     DEFAULT_FILES).  Raises JSONEditError for a name that is absolute or
-    contains "..", and for an empty key list.
+    contains "..", and for an empty key list.  Lists no directory: only the
+    named files are considered.
     """
     entries = []
     for spec in DEFAULT_FILES if files is None else files:
@@ -380,15 +635,80 @@ def directory_entries(path, files=None):
     return entries
 
 
-def plan_file(path, key_paths, required=False, symlinks='refuse', display=None):
+def _linked_directory(path, base):
+    """The first directory between base and path that is a symbolic link
+    leading outside base (as ``(link, resolved)``), or None.
+
+    base itself may be a link (a model directory given through a link): only
+    the components below it count.  A link that stays inside base is fine.
+    """
+    if not base:
+        return None
+    base = os.path.abspath(base)
+    relative = os.path.relpath(os.path.abspath(path), base)
+    parts = relative.split(os.sep)
+    if parts[0] == os.pardir:
+        return None
+    real_base = os.path.realpath(base)
+    current = base
+    for part in parts[:-1]:
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            resolved = os.path.realpath(current)
+            if resolved != real_base and not resolved.startswith(real_base.rstrip(os.sep) + os.sep):
+                return current, resolved
+    return None
+
+
+def _read(target, name, max_size):
+    """The bytes and stat of a regular file, refusing more than max_size bytes
+    before reading them (and not blocking on a FIFO)."""
+    try:
+        fd = os.open(target, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0) | getattr(os, 'O_NOCTTY', 0))
+    except OSError as exc:
+        raise JSONEditError('cannot read %s: %s. Check the permissions of the file and of the user '
+                            'Ansible becomes.' % (name, exc.strerror or exc), name)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise JSONEditError('%s is not a regular file; give a JSON file or a model directory.' % name, name)
+        if st.st_size > max_size:
+            raise JSONEditError(
+                '%s is %d bytes (%.1f MiB), more than the max_size cap of %d bytes (%.1f MiB); a model config is '
+                'a few kilobytes. Nothing was read or changed. Raise max_size if the file really is a config.'
+                % (name, st.st_size, st.st_size / 1048576.0, max_size, max_size / 1048576.0), name)
+        chunks = []
+        size = 0
+        while size <= max_size:
+            chunk = os.read(fd, min(1 << 20, max_size + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_size:
+            raise JSONEditError('%s grew past the max_size cap of %d bytes while it was read; nothing was changed.'
+                                % (name, max_size), name)
+        return b''.join(chunks), st
+    except OSError as exc:
+        raise JSONEditError('cannot read %s: %s. Nothing was changed.' % (name, exc.strerror or exc), name)
+    finally:
+        os.close(fd)
+
+
+def plan_file(path, key_paths, required=False, symlinks='refuse', display=None, base=None, max_size=MAX_SIZE):
     """Read one JSON file and work out the edit, writing nothing.
+
+    base: the model directory the file was named in; a directory link between
+    base and the file that leads outside base counts as a link to the file
+    (so O(symlinks) decides), and base itself may be a link.
+    max_size: files larger than this many bytes are refused unread.
 
     Returns a dict (the per-file result, plus private ``_``-keys used by
     write_plan): path, exists, changed, removed, symlink (None or
     {'target', 'action', 'shared_with'}), skipped (reason or None).
     Raises JSONEditError with an operator-readable message.
     """
-    name = display or path
+    name = printable(display or path)
     if symlinks not in SYMLINK_POLICIES:
         raise ValueError('symlinks must be one of %s' % ', '.join(SYMLINK_POLICIES))
     parsed = []
@@ -397,7 +717,7 @@ def plan_file(path, key_paths, required=False, symlinks='refuse', display=None):
             parsed.append(parse_key_path(expr))
         except ValueError as exc:
             raise JSONEditError('%s: %s' % (name, exc), name)
-    result = {'path': path, 'exists': False, 'changed': False, 'removed': [],
+    result = {'path': name, 'exists': False, 'changed': False, 'removed': [],
               'symlink': None, 'skipped': None}
 
     if not os.path.lexists(path):
@@ -408,21 +728,16 @@ def plan_file(path, key_paths, required=False, symlinks='refuse', display=None):
         return result
 
     is_link = os.path.islink(path)
+    through = _linked_directory(path, base)
     target = os.path.realpath(path)
     if is_link and not os.path.exists(path):
         raise JSONEditError('%s is a symbolic link to %s, which does not exist (a broken link, for example '
                             'a Hugging Face cache whose blob was deleted). Re-download the file or remove '
-                            'the link.' % (name, os.readlink(path)), name)
+                            'the link.' % (name, printable(os.readlink(path))), name)
     if not os.path.isfile(target):
         raise JSONEditError('%s is not a regular file; give a JSON file or a model directory.' % name, name)
 
-    try:
-        with open(target, 'rb') as handle:
-            st = os.fstat(handle.fileno())
-            raw = handle.read()
-    except (IOError, OSError) as exc:
-        raise JSONEditError('cannot read %s: %s. Check the permissions of the file and of the user '
-                            'Ansible becomes.' % (name, exc.strerror or exc), name)
+    raw, st = _read(target, name, max_size)
     text, bom = decode(raw, name)
     new_text, removed = remove_keys(text, parsed, name)
 
@@ -436,33 +751,59 @@ def plan_file(path, key_paths, required=False, symlinks='refuse', display=None):
     result['_raw_after'] = (bom + new_text).encode('utf-8')
     result['_write_path'] = path
 
-    if is_link:
-        shared = links_sharing(target, exclude=path)
-        result['symlink'] = {'target': target, 'link': os.readlink(path), 'action': None,
-                             'shared_with': shared}
+    if is_link or through:
+        shared, incomplete = _links_sharing(target, exclude=path)
+        link_text = os.readlink(path) if is_link else os.readlink(through[0])
+        result['symlink'] = {'target': printable(target), 'link': printable(link_text), 'action': None,
+                             'shared_with': [printable(s) for s in shared]}
+        if through:
+            result['symlink']['through'] = printable(through[0])
         if removed:
+            keys = ', '.join(r['key'] for r in removed)
+            via = ''
+            if through:
+                via = (' It is reached through the directory link %s -> %s, which leads outside the model '
+                       'directory %s.' % (printable(through[0]), printable(through[1]), printable(base)))
             if symlinks == 'refuse':
                 where = ''
                 if hf_cache_repo(target):
                     where = (' This is a Hugging Face cache layout: snapshots/<rev>/ files are links into '
                              'blobs/, and a blob is shared by every snapshot that has the same file%s.'
-                             % (' (here also: %s)' % ', '.join(shared) if shared else ''))
+                             % (' (here also: %s)' % ', '.join(result['symlink']['shared_with']) if shared else ''))
+                if through:
+                    raise JSONEditError(
+                        '%s would need an edit (remove %s), but the file lies outside the model directory.%s '
+                        'Nothing was changed. Set symlinks: follow to edit %s itself, or replace the directory '
+                        'link by a directory.' % (name, keys, via, printable(target)), name)
                 raise JSONEditError(
                     '%s is a symbolic link to %s and would need an edit (remove %s).%s Nothing was changed. '
                     'Set symlinks: copy to replace this link by an edited regular file and leave the '
                     'target untouched (the right choice for a Hugging Face cache), or symlinks: follow '
                     'to edit the target itself.'
-                    % (name, target, ', '.join(r['key'] for r in removed), where), name)
+                    % (name, printable(target), keys, where), name)
+            if symlinks == 'copy' and through:
+                raise JSONEditError(
+                    '%s would need an edit (remove %s).%s symlinks: copy replaces a link to a file by an edited '
+                    'copy, and would write into that outside directory. Nothing was changed; use symlinks: '
+                    'follow to edit %s itself, or replace the directory link by a directory.'
+                    % (name, keys, via, printable(target)), name)
             if symlinks == 'follow':
                 if shared:
                     raise JSONEditError(
                         '%s links to %s, which is shared by %d other link(s): %s. Editing it would change '
                         'those snapshots too; nothing was changed. Use symlinks: copy to edit only this '
-                        'snapshot.' % (name, target, len(shared), ', '.join(shared)), name)
+                        'snapshot.' % (name, printable(target), len(shared), ', '.join(result['symlink']['shared_with'])),
+                        name)
+                if incomplete:
+                    raise JSONEditError(
+                        '%s links to %s, and the search for other links to it stopped early (%s), so editing '
+                        'it might change other snapshots. Nothing was changed; use symlinks: copy.'
+                        % (name, printable(target), printable(incomplete)), name)
                 if st.st_nlink > 1:
                     raise JSONEditError(
                         '%s links to %s, which has %d hard links; editing it would change the other '
-                        'names too. Nothing was changed; use symlinks: copy.' % (name, target, st.st_nlink), name)
+                        'names too. Nothing was changed; use symlinks: copy.' % (name, printable(target), st.st_nlink),
+                        name)
                 result['_write_path'] = target
                 result['symlink']['action'] = 'follow'
             else:
@@ -488,7 +829,7 @@ def write_plan(module, plan, backup=False):
     from the file it replaces (for a replaced link: from the link's target).
     With policy ``copy`` the backup is a symbolic link with the same target as
     the replaced one, so renaming it back restores the snapshot exactly.
-    Raises JSONEditError.
+    Raises JSONEditError; its ``backup_file`` names a backup already made.
     """
     dest = plan['_write_path']
     name = plan['path']
@@ -504,27 +845,39 @@ def write_plan(module, plan, backup=False):
     backup_file = None
     if backup:
         if plan['symlink'] and plan['symlink']['action'] == 'copy':
-            backup_file = '%s.%d.%s' % (dest, os.getpid(), _timestamp())
-            os.symlink(os.readlink(dest), backup_file)
+            candidate = '%s.%d.%s' % (dest, os.getpid(), _timestamp())
+            try:
+                os.symlink(os.readlink(dest), candidate)
+            except OSError as exc:
+                raise JSONEditError('could not back up %s before editing it (a link named %s): %s. Nothing was '
+                                    'written.' % (name, printable(candidate), exc.strerror or exc), name)
+            backup_file = candidate
         else:
             try:
                 backup_file = module.backup_local(dest)
             except Exception as exc:  # backup_local raises a bare Exception
                 raise JSONEditError('could not back up %s before editing it: %s. Nothing was written.'
-                                    % (name, exc), name)
+                                    % (name, printable(str(exc))), name)
 
     directory = os.path.dirname(os.path.abspath(dest))
-    fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(dest), suffix='.tmp', dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(dest), suffix='.tmp', dir=directory)
         with os.fdopen(fd, 'wb') as handle:
             handle.write(plan['_raw_after'])
             handle.flush()
             os.fsync(handle.fileno())
         module.atomic_move(tmp, dest)
     except Exception as exc:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise JSONEditError('could not write %s: %s. The original file is unchanged.' % (name, exc), name)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = '' if tmp is not None else ' (cannot create a temporary file in %s)' % printable(directory)
+        kept = ' A backup was made first: %s.' % printable(backup_file) if backup_file else ''
+        error = JSONEditError('could not write %s%s: %s. The original file is unchanged.%s'
+                              % (name, where, printable(reason), kept), name)
+        error.backup_file = backup_file
+        raise error
     return backup_file
 
 

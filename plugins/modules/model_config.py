@@ -30,7 +30,9 @@ options:
   path:
     description:
       - A model directory (the files of O(files) are looked up in it), or one JSON file (then O(absent) lists the keys).
-      - A directory may itself be a link, for example to a Hugging Face cache snapshot.
+      - A directory may itself be a link, for example to a Hugging Face cache snapshot. Below it, every directory of a
+        file name is checked too; a file reached through a directory link that leads outside the model directory is
+        treated as a link (see O(symlinks)).
     type: path
     required: true
   files:
@@ -86,10 +88,21 @@ options:
       - V(follow) edits the link's target in place. It is refused when another link in the cache repo's
         C(snapshots/) resolves to the same blob, or when the target has other hard links. Links outside a Hugging
         Face cache layout cannot all be found; use V(follow) only when you know the target is not shared.
+      - A file reached through a directory link that leads outside the model directory (C(sub) a link to
+        C(/elsewhere), file C(sub/config.json)) counts as a link too. V(refuse) and V(copy) refuse to edit it (a copy
+        would be written into the outside directory); V(follow) edits the file there, with the same checks.
       - A link whose file needs no edit is never touched, whatever this option says.
     type: str
     choices: [refuse, copy, follow]
     default: refuse
+  max_size:
+    description:
+      - The largest file, in bytes, that is read. A larger file fails the task before it is read (the message names its
+        size and this cap) and nothing is changed. A model config is a few kilobytes; the default is 64 MiB.
+      - The edit itself costs time and memory in proportion to the size of the file (one parse, one scan, one
+        check), whatever the number of keys removed.
+    type: int
+    default: 67108864
   backup:
     description:
       - Before a file is written, keep a copy next to it named C(<file>.<pid>.<YYYY-MM-DD@HH:MM:SS~>) and return its
@@ -111,8 +124,16 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - JSON files must be UTF-8. A byte order mark is kept.
-  - Errors name the file, and for malformed JSON the line and column; the file is left byte-identical.
+  - JSON files must be UTF-8. A byte order mark is kept. UTF-16 text, bytes that are not UTF-8 and NUL bytes are
+    refused with the line and column.
+  - Errors name the file, and for malformed JSON the line and column, what is there (a trailing comma, a comment,
+    a single-quoted string, ...) and the line itself; the file is left byte-identical.
+  - "Bounds: files larger than O(max_size) are refused unread; objects and arrays nested deeper than 128 levels are
+    refused; the search for other links to a Hugging Face cache blob (O(symlinks=follow)) looks at no more than
+    100000 entries and 16 directory levels under C(snapshots/), does not follow directory links, and refuses
+    V(follow) when it could not look everywhere."
+  - When writing a file fails after other files were written, the failure result lists in RV(files) the files
+    already written (RV(files[].written)) and the backups made (RV(files[].backup_file)), the failing one included.
   - Keys with the same name (duplicate keys) are all removed.
 requirements:
   - Python 3.10 or newer on the managed host (standard library only).
@@ -220,6 +241,8 @@ files:
         - Null for a regular file. For a link, C(link) (the link text), C(target) (resolved), C(action)
           (V(copy), V(follow), or null when nothing was written) and C(shared_with) (other links in the Hugging Face
           cache repo that resolve to the same blob).
+        - For a file reached through a directory link leading outside the model directory, also C(through) (that
+          directory link); C(link) is then its link text.
       returned: always
       type: dict
     written:
@@ -237,17 +260,19 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
+    MAX_SIZE,
     JSONEditError,
     diff_of,
     directory_entries,
     plan_file,
+    printable,
     public_result,
     write_plan,
 )
 
 
 def _entries(module):
-    """(file path, key paths, required) for each file to consider."""
+    """(file path, key paths, required, base directory) for each file to consider."""
     path = module.params['path']
     files = module.params['files']
     absent = module.params['absent']
@@ -258,14 +283,28 @@ def _entries(module):
             module.fail_json(msg='%s is a directory: list the files and their keys in "files", or give the path '
                                  'of one JSON file together with "absent".' % path)
         try:
-            return directory_entries(path, files)
+            return [entry + (path,) for entry in directory_entries(path, files)]
         except JSONEditError as exc:
             module.fail_json(msg=exc.msg)
     if files is not None:
         module.fail_json(msg='%s is a file: give its keys in "absent" ("files" is for a model directory).' % path)
     if not absent:
         module.fail_json(msg='%s is a file: "absent" must list at least one key path.' % path)
-    return [(path, absent, True)]
+    return [(path, absent, True, None)]
+
+
+def _written_so_far(results):
+    """A sentence naming the files already written and the backups made."""
+    written = [r['written'] for r in results if r.get('written')]
+    backups = [r['backup_file'] for r in results if r.get('backup_file')]
+    if not written and not backups:
+        return ' No other file was written.'
+    text = ''
+    if written:
+        text += ' Already written before this failure: %s.' % ', '.join(written)
+    if backups:
+        text += ' Backups made: %s.' % ', '.join(backups)
+    return text
 
 
 def main():
@@ -280,19 +319,28 @@ def main():
             absent=dict(type='list', elements='str'),
             state=dict(type='str', choices=['absent'], default='absent'),
             symlinks=dict(type='str', choices=['refuse', 'copy', 'follow'], default='refuse'),
+            max_size=dict(type='int', default=MAX_SIZE),
             backup=dict(type='bool', default=False),
         ),
         mutually_exclusive=[('files', 'absent')],
         supports_check_mode=True,
     )
 
-    try:
-        plans = [plan_file(path, keys, required=required, symlinks=module.params['symlinks'])
-                 for path, keys, required in _entries(module)]
-    except JSONEditError as exc:
-        details = dict((k, v) for k, v in (('file', exc.path), ('line', exc.line), ('column', exc.column))
-                       if v is not None)
-        module.fail_json(msg=exc.msg, changed=False, **details)
+    if module.params['max_size'] < 1:
+        module.fail_json(msg='max_size must be a positive number of bytes, got %d.' % module.params['max_size'])
+    plans = []
+    for path, keys, required, base in _entries(module):
+        try:
+            plans.append(plan_file(path, keys, required=required, symlinks=module.params['symlinks'], base=base,
+                                   max_size=module.params['max_size']))
+        except JSONEditError as exc:
+            details = dict((k, v) for k, v in (('file', exc.path), ('line', exc.line), ('column', exc.column))
+                           if v is not None)
+            module.fail_json(msg=exc.msg, changed=False, **details)
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else '%s: %s' % (type(exc).__name__, exc)
+            module.fail_json(msg='cannot plan the edit of %s: %s. Nothing was changed.' % (printable(path), printable(reason)),
+                             changed=False, file=printable(path))
 
     results = []
     diffs = []
@@ -305,12 +353,14 @@ def main():
                 try:
                     backup_file = write_plan(module, plan, backup=module.params['backup'])
                 except JSONEditError as exc:
-                    module.fail_json(msg=exc.msg, file=exc.path, changed=written_any,
-                                     files=results + [public])
+                    if exc.backup_file:
+                        public['backup_file'] = printable(exc.backup_file)
+                    module.fail_json(msg=exc.msg + _written_so_far(results), file=exc.path,
+                                     changed=written_any or bool(exc.backup_file), files=results + [public])
                 written_any = True
-                public['written'] = plan['_write_path']
+                public['written'] = printable(plan['_write_path'])
                 if backup_file:
-                    public['backup_file'] = backup_file
+                    public['backup_file'] = printable(backup_file)
         results.append(public)
 
     removed_count = sum(len(r['removed']) for r in results)
