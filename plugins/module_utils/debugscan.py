@@ -322,8 +322,9 @@ def scan_source(source, path="<string>"):
     """Syntax-tree scan of Python ``source`` (str or bytes).
 
     Returns a list of findings, each a dict with ``path``, ``line``, ``kind``
-    (``tensor_dump``, ``object_dump``, ``debugger``, ``env_debug_switch`` or
-    ``syntax_error``), ``what`` (the canonical call or the variable), ``text``
+    (``tensor_dump``, ``object_dump``, ``debugger``, ``env_debug_switch``,
+    ``syntax_error`` or ``not_scanned`` for a tree too deep or too large for
+    :mod:`ast`), ``what`` (the canonical call or the variable), ``text``
     (the line, clipped) and, for calls made through an alias, ``via`` (the
     spelling in the file, e.g. ``_t.save``).  Sorted by line.
     """
@@ -334,10 +335,23 @@ def scan_source(source, path="<string>"):
     lines = text.splitlines()
     try:
         tree = ast.parse(source, filename=path)
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+    except (RecursionError, MemoryError) as exc:
+        return [_not_scanned(path, exc, lines)]
+    except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 0
         return [_finding(path, line, "syntax_error", "not valid Python: %s" % (getattr(exc, "msg", None) or exc), lines)]
+    try:
+        return _scan_tree(tree, path, lines)
+    except (RecursionError, MemoryError) as exc:
+        return [_not_scanned(path, exc, lines)]
 
+
+def _not_scanned(path, exc, lines):
+    return _finding(path, 0, "not_scanned", "too deeply nested or too large for the syntax-tree scan (%s); only the "
+                    "patterns were looked for" % type(exc).__name__, lines)
+
+
+def _scan_tree(tree, path, lines):
     nodes = list(ast.walk(tree))
     resolver = _Resolver(nodes)
     findings = []

@@ -660,11 +660,32 @@ def _default_workers():
     return max(1, min(8, count) - 1)
 
 
+class Deadline:
+    """The overall time limit of one check (``seconds`` None or 0: none)."""
+
+    def __init__(self, seconds=None):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds if seconds else None
+
+    def expired(self):
+        return self.end is not None and time.monotonic() > self.end
+
+    def check(self, doing):
+        if self.expired():
+            raise IntegrityError(
+                "The check did not finish within %s seconds (timeout) and was stopped while %s. Nothing was "
+                "changed (the check only reads) and no verdict was reached; raise timeout or look at why the "
+                "file system is this slow or this large." % (self.seconds, doing))
+
+
 class _Hasher:
     """Worker threads that classify files: large ones first, small ones once
-    the caller has walked the directories (``add_small``)."""
+    the caller has walked the directories (``add_small``).  Every worker
+    stops taking files once ``deadline`` has passed."""
 
-    def __init__(self, workers):
+    def __init__(self, workers, deadline=None):
+        self.deadline = deadline or Deadline()
+        self.total = 0
         self.results = {}
         self._big = collections.deque()
         self._small = collections.deque()
@@ -675,6 +696,7 @@ class _Hasher:
 
     def start(self, big_jobs):
         self._big.extend(sorted(big_jobs, key=lambda j: -(j[2] or 0)))
+        self.total += len(big_jobs)
         for number in range(self._workers):
             thread = threading.Thread(target=self._run, name="integrity-hash-%d" % number)
             thread.daemon = True
@@ -683,15 +705,17 @@ class _Hasher:
 
     def add_small(self, jobs):
         self._small.extend(jobs)
+        self.total += len(jobs)
         self._ready.set()
 
     def _run(self):
         buf = bytearray(_CHUNK)
         view = memoryview(buf)
         results = self.results
+        expired = self.deadline.expired
         try:
             pop = self._big.popleft
-            while True:
+            while not expired():
                 try:
                     index, full, size, algorithm, digest, dummy = pop()
                 except IndexError:
@@ -699,7 +723,7 @@ class _Hasher:
                 results[index] = _check_file(full, size, algorithm, digest, buf, view)
             self._ready.wait()
             pop = self._small.popleft
-            while True:
+            while not expired():
                 try:
                     index, full, size, algorithm, digest, fast = pop()
                 except IndexError:
@@ -718,6 +742,7 @@ class _Hasher:
             thread.join()
         if self._errors:
             raise self._errors[0]
+        self.deadline.check("hashing the files RECORD lists (%d of %d checked)" % (len(self.results), self.total))
         return self.results
 
 
@@ -1071,52 +1096,81 @@ class _Check:
 
 
 def _dir_state(rel_dir, real_site, memo):
-    """'ok', 'link:<dir>' or 'absent' for a directory relative to site-packages."""
+    """'ok', 'link:<dir>' or 'absent' for a directory relative to site-packages
+    (iterative: a RECORD path may have thousands of components)."""
     if rel_dir in memo:
         return memo[rel_dir]
-    if not rel_dir:
-        memo[rel_dir] = "ok"
-        return "ok"
-    parent = rel_dir.rsplit("/", 1)[0] if "/" in rel_dir else ""
-    state = _dir_state(parent, real_site, memo)
-    if state == "ok":
-        try:
-            st = os.lstat(os.path.join(real_site, rel_dir))
-        except OSError:
-            state = "absent"
-        else:
-            if stat.S_ISLNK(st.st_mode):
-                state = "link:" + rel_dir
-            elif not stat.S_ISDIR(st.st_mode):
+    pending = []
+    current = rel_dir
+    while current and current not in memo:
+        pending.append(current)
+        current = current.rsplit("/", 1)[0] if "/" in current else ""
+    state = memo.get(current, "ok")
+    for path in reversed(pending):
+        if state == "ok":
+            try:
+                st = os.lstat(os.path.join(real_site, path))
+            except (OSError, ValueError):
                 state = "absent"
-    memo[rel_dir] = state
+            else:
+                if stat.S_ISLNK(st.st_mode):
+                    state = "link:" + path
+                elif not stat.S_ISDIR(st.st_mode):
+                    state = "absent"
+        memo[path] = state
     return state
 
 
-def _walk(real_site, top_dirs, recorded):
-    """Walk ``top_dirs`` (never following links, skipping ``__pycache__``).
+#: Bounds of the walk through the distribution's own directories.
+WALK_MAX_DEPTH = 64
+WALK_MAX_ENTRIES = 1000000
 
-    Returns ``(candidates, regular)``: sorted (relative path, "file", "link"
-    or "other") of
-    entries RECORD does not list, and the set of listed paths that are
-    regular files (from the directory entry type, no extra system call).
+
+def _walk(real_site, top_dirs, recorded, check=None, deadline=None):
+    """Walk ``top_dirs`` (never following links, skipping ``__pycache__``),
+    iteratively, at most :data:`WALK_MAX_DEPTH` directories deep and
+    :data:`WALK_MAX_ENTRIES` entries in all.
+
+    Returns ``(candidates, regular)``: sorted (relative path, "file", "link",
+    "other" or "deep") of entries RECORD does not list (a "deep" directory
+    was not walked), and the set of listed paths that are regular files (from
+    the directory entry type, no extra system call).  A directory that cannot
+    be listed is added to ``check`` as ``unreadable``.  Raises
+    :class:`IntegrityError` when the entry bound or ``deadline`` is hit.
     """
     candidates = []
     regular = set()
-    stack = sorted(top_dirs)
+    stack = [(d, 1) for d in sorted(top_dirs)]
+    seen = 0
     while stack:
-        rel_dir = stack.pop()
+        rel_dir, depth = stack.pop()
         try:
             it = os.scandir(os.path.join(real_site, rel_dir))
-        except OSError:
+        except OSError as exc:
+            if check is not None:
+                check.add("unreadable", {"path": rel_dir + "/", "reason": "directory cannot be listed: %s; files in it were "
+                                         "not checked for unowned ones" % (exc.strerror or exc)})
             continue
         with it:
             for item in it:
+                seen += 1
+                if seen > WALK_MAX_ENTRIES:
+                    raise IntegrityError(
+                        "More than %d entries below %s (directories %s); stopped walking them. Such a tree is not "
+                        "an installed distribution: look at what was added there." % (
+                            WALK_MAX_ENTRIES, real_site, ", ".join(sorted(top_dirs)[:5])))
+                if deadline is not None and not seen % 4096:
+                    deadline.check("walking %s for unowned files (%d entries so far)" % (real_site, seen))
                 rel = rel_dir + "/" + item.name
                 try:
                     if item.is_dir(follow_symlinks=False):
-                        if item.name != "__pycache__":
-                            stack.append(rel)
+                        if item.name == "__pycache__":
+                            continue
+                        if depth >= WALK_MAX_DEPTH:
+                            if rel not in recorded:
+                                candidates.append((rel, "deep"))
+                            continue
+                        stack.append((rel, depth + 1))
                         continue
                     is_file = item.is_file(follow_symlinks=False)
                 except OSError:
@@ -1132,7 +1186,7 @@ def _walk(real_site, top_dirs, recorded):
 
 def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=None,
            patterns=DEFAULT_PATTERNS, uv_cache_dirs=None, max_list=50, diff_max_bytes=16384,
-           workers=None, run_command=None, environment=None):
+           workers=None, run_command=None, environment=None, timeout=None):
     """Verify ``dist_name`` against its RECORD; returns the module's result dict.
 
     Exactly one of ``site_packages``, ``python``, ``venv`` (or a ready
@@ -1143,9 +1197,11 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     result (the counts are always complete).
 
     Raises :class:`IntegrityError` when no verdict is possible at all
-    (unknown distribution, unreadable site-packages, broken interpreter).
+    (unknown distribution, unreadable site-packages, broken interpreter), or
+    when ``timeout`` seconds (None: no limit) pass before it is done.
     """
     started = time.monotonic()
+    deadline = Deadline(timeout)
     if patterns is None:
         patterns = DEFAULT_PATTERNS
     result = _empty_result(dist_name)
@@ -1294,7 +1350,8 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
         if found is not None:
             big.append((len(labels), found[1], row.size, row.algorithm, row.digest, found[2]))
             labels.append((found[0], row, found[1]))
-    hasher = _Hasher(workers or _default_workers())
+    deadline.check("reading RECORD")
+    hasher = _Hasher(workers or _default_workers(), deadline)
     hasher.start(big)
     try:
         small = []
@@ -1305,7 +1362,7 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
                 labels.append((found[0], row, found[1]))
         top_dirs = set(d for d in set(k.partition("/")[0] for k in dir_memo if k) if dir_memo.get(d) == "ok")
         # -- while the large files hash: walk the package's directories ----
-        candidates, regular = _walk(real_site, top_dirs, recorded)
+        candidates, regular = _walk(real_site, top_dirs, recorded, check, deadline)
         hasher.add_small([(j[0], j[1], j[2], j[3], j[4], j[5] is not None and j[5] in regular) for j in small])
     finally:
         hashed = hasher.finish()
@@ -1343,6 +1400,10 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
                 item["reason"] = "symbolic link"
         elif what == "other":
             item["reason"] = "not a regular file"
+        elif what == "deep":
+            item["path"] = rel + "/"
+            item["reason"] = ("directory nested more than %d levels deep in the package; not walked (no wheel installs "
+                              "such a tree)" % WALK_MAX_DEPTH)
         else:
             rescan.append((rel, full, "unowned"))
         check.add("unowned", item)
@@ -1359,12 +1420,19 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     total = 0
     explained = 0
     for label, full, why in rescan:
+        deadline.check("explaining changed files (%d of %d scanned; the hashes were all checked)" % (explained, len(rescan)))
         if explained >= check.max_list * 4:
             result["truncated"] = True
             break
         explained += 1
         data = _read_small(full, _TEXT_LIMIT + 1)
-        if data is None or len(data) > _TEXT_LIMIT:
+        if data is None:
+            continue
+        if len(data) > _TEXT_LIMIT:
+            if label.endswith((".py", ".pyw", ".pth")):
+                findings.append({"path": label, "line": 0, "kind": "not_scanned", "text": "",
+                                 "what": "larger than %d bytes; not scanned for dumps, debuggers or patterns" % _TEXT_LIMIT})
+                total += 1
             continue
         is_pth = label.endswith(".pth")
         items, count = explain(data, label, patterns, python=False if is_pth else None, limit=max(1, check.max_list))

@@ -108,6 +108,14 @@ options:
       - The most bytes of unified diff returned per file; a longer diff is cut at a line end and marked.
     type: int
     default: 16384
+  timeout:
+    description:
+      - Seconds the whole check may take on the host (not counting O(python_timeout)). When it passes, the task
+        fails with a message saying how far the check got (for example how many of the RECORD files were hashed);
+        nothing is changed either way.
+      - A file already being hashed is finished first, so the task may run a little longer.
+    type: int
+    default: 600
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -127,6 +135,14 @@ notes:
   - RECORD is read with the C(csv) module rather than C(importlib.metadata), which on Python 3.12 and newer drops the
     entries of missing files.
   - A reinstall with C(uv pip install --reinstall) removes only the files RECORD lists; C(unowned) files stay.
+  - "Bounds, so that a hostile or broken tree cannot hang or exhaust the host: RECORD is read up to 64 MiB (a larger
+    one makes the install not verifiable, with that reason); a RECORD size must be ASCII digits (at most 20); paths
+    in RECORD that leave site-packages are never opened (only the environment's C(bin/) scripts are); the walk for
+    unowned files is iterative, at most 64 directories deep (a deeper directory is reported as C(unowned), not
+    walked) and at most 1,000,000 entries (more fails the task, naming the directory); a directory that cannot be
+    listed is reported as C(unreadable); files are hashed in 1 MiB chunks; only files up to 4 MiB are scanned or
+    diffed (a larger changed file gets a C(not_scanned) finding); the whole check stops after O(timeout) seconds."
+  - File names and RECORD text that are not valid UTF-8 are shown with backslash escapes (for example C(\\xff)).
 requirements:
   - Python 3.10 or newer on the managed host (standard library only). The target environment's interpreter may be
     any Python 3.
@@ -262,7 +278,8 @@ findings:
   description:
     - Explanations for modified and unowned files, up to O(max_list), sorted by file and line. Each has C(path),
       C(line), C(kind) (C(tensor_dump), C(object_dump), C(debugger), C(env_debug_switch), C(pattern),
-      C(pth_exec), C(syntax_error)), C(what) (the canonical call, variable or pattern) and C(text) (the line).
+      C(pth_exec), C(syntax_error), C(not_scanned) for a file too large (over 4 MiB) or too deeply nested for the
+      scan), C(what) (the canonical call, variable or pattern) and C(text) (the line).
     - C(via) is the spelling in the file when a call was made through an alias (for example C(_t.save)).
     - C(changed_line) (with O(wheel) only) tells whether the line differs from the wheel's copy.
   returned: always
@@ -352,6 +369,7 @@ def main():
             fail_on_drift=dict(type="bool", default=True),
             max_list=dict(type="int", default=50),
             diff_max_bytes=dict(type="int", default=16384),
+            timeout=dict(type="int", default=600),
         ),
         mutually_exclusive=[("python", "venv", "site_packages")],
         required_one_of=[("python", "venv", "site_packages")],
@@ -363,6 +381,8 @@ def main():
     if params["diff_max_bytes"] < 256:
         module.fail_json(msg="diff_max_bytes must be 256 or more (got %d)." % params["diff_max_bytes"])
 
+    if params["timeout"] < 1:
+        module.fail_json(msg="timeout must be 1 or more seconds (got %d)." % params["timeout"])
     if params["python_timeout"] < 1:
         module.fail_json(msg="python_timeout must be 1 or more seconds (got %d)." % params["python_timeout"])
 
@@ -371,7 +391,8 @@ def main():
                                          site_packages=params["site_packages"], timeout=params["python_timeout"])
         result = verify(dist_name=params["name"], environment=environment, wheel=params["wheel"],
                         patterns=params["patterns"], uv_cache_dirs=params["uv_cache_dir"],
-                        max_list=params["max_list"], diff_max_bytes=params["diff_max_bytes"])
+                        max_list=params["max_list"], diff_max_bytes=params["diff_max_bytes"],
+                        timeout=params["timeout"])
     except IntegrityError as exc:
         module.fail_json(msg=str(exc), changed=False)
 

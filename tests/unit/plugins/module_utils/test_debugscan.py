@@ -188,3 +188,25 @@ def test_explain_skips_ast_for_non_python_and_binary():
     script = b"#!/opt/env/bin/python\nimport torch as t\nt.save(1, 'x')\n"
     kinds = [f["kind"] for f in debugscan.explain(script, "../../../bin/tool")[0]]
     assert "tensor_dump" in kinds
+
+
+@pytest.mark.parametrize("source", [
+    "x = " + "-" * 200000 + "1\n",          # MemoryError in the parser
+    "y = " + "1+" * 200000 + "1\n",          # RecursionError building the tree
+    "z = a" + ".b" * 200000 + "\n",
+])
+def test_tree_too_deep_for_ast_is_a_not_scanned_finding_and_patterns_still_run(source):
+    data = ("import torch\ntorch.save(1, 'p')\n" + source).encode()
+    findings, total = debugscan.explain(data, "deep.py", ["torch.save"])
+    kinds = sorted((f["kind"], f["line"]) for f in findings)
+    assert kinds == [("not_scanned", 0), ("pattern", 2)]
+    scanned = [f for f in findings if f["kind"] == "not_scanned"][0]
+    assert "too deeply nested or too large for the syntax-tree scan" in scanned["what"]
+    assert scanned["what"].split("(")[1].startswith(("RecursionError", "MemoryError"))
+
+
+def test_nul_byte_after_the_binary_sniff_is_a_syntax_error_finding():
+    data = b"x = 1\n" * 2000 + b"y = '\x00'\n"
+    findings, total = debugscan.explain(data, "nul.py", [])
+    assert [f["kind"] for f in findings] == ["syntax_error"]
+    assert "null bytes" in findings[0]["what"]

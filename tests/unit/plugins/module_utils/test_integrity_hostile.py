@@ -160,3 +160,75 @@ def test_record_larger_than_the_limit_cannot_be_verified(demo, monkeypatch):
     assert result["verifiable"] is False and result["pristine"] is False
     assert "is larger than %d bytes" % (os.path.getsize(record) - 1) in result["reason"]
     assert record in result["reason"]
+
+
+# ---------------------------------------------------------------------------
+# Odd trees: deep, long paths, unreadable directories, a deadline
+# ---------------------------------------------------------------------------
+
+def test_record_path_with_thousands_of_components_is_no_crash(demo):
+    root, site, record = demo
+    append_record(record, ("demo/" + "d/" * 3000 + "f.py,,3\n").encode())
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert [f["path"] for f in result["files"]["missing"]] == ["demo/" + "d/" * 3000 + "f.py"]
+    assert result["pristine"] is False and result["counts"]["ok"] == len(helpers.DEMO_FILES) + 5
+
+
+def test_deep_unowned_tree_is_reported_at_the_depth_bound_not_walked(demo):
+    root, site, record = demo
+    deep = os.path.join(site, "demo")
+    for dummy in range(integrity.WALK_MAX_DEPTH + 30):
+        deep = os.path.join(deep, "d")
+    os.makedirs(deep)
+    with open(os.path.join(deep, "hidden.py"), "w") as handle:
+        handle.write("import torch\ntorch.save(1, '/tmp/x')\n")
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    unowned = result["files"]["unowned"]
+    assert len(unowned) == 1 and unowned[0]["path"] == "demo" + "/d" * integrity.WALK_MAX_DEPTH + "/"
+    assert "nested more than %d levels deep" % integrity.WALK_MAX_DEPTH in unowned[0]["reason"]
+    assert result["pristine"] is False
+
+
+def test_too_many_entries_is_a_clear_error(demo, monkeypatch):
+    root, site, record = demo
+    extra = os.path.join(site, "demo", "spam")
+    os.makedirs(extra)
+    for number in range(40):
+        open(os.path.join(extra, "f%d" % number), "w").close()
+    monkeypatch.setattr(integrity, "WALK_MAX_ENTRIES", 30)
+    with pytest.raises(IntegrityError, match="More than 30 entries below .*site-packages"):
+        integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+
+
+def test_directory_that_cannot_be_listed_is_unreadable(demo, monkeypatch):
+    root, site, record = demo
+    blocked = os.path.join(os.path.realpath(site), "demo", "sub")
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if path == blocked:
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+    monkeypatch.setattr(integrity.os, "scandir", scandir)
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert result["files"]["unreadable"] == [{"path": "demo/sub/", "reason": "directory cannot be listed: Permission denied; "
+                                              "files in it were not checked for unowned ones"}]
+    assert result["pristine"] is False
+
+
+def test_deadline_stops_the_check_and_says_how_far_it_got(demo):
+    root, site, record = demo
+    with pytest.raises(IntegrityError) as exc:
+        integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[], timeout=1e-9)
+    message = str(exc.value)
+    assert "did not finish within 1e-09 seconds (timeout)" in message
+    assert "Nothing was changed" in message and "while " in message
+
+
+def test_large_changed_python_file_gets_a_not_scanned_finding(demo):
+    root, site, record = demo
+    with open(os.path.join(site, "demo", "big.py"), "w") as handle:
+        handle.write("x = 1\n" * (integrity._TEXT_LIMIT // 6 + 10))
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    kinds = [(f["path"], f["kind"]) for f in result["findings"]]
+    assert ("demo/big.py", "not_scanned") in kinds
