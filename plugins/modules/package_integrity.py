@@ -351,6 +351,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import DEF
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
     IntegrityError,
     locate_environment,
+    safe_text,
     verify,
 )
 
@@ -394,7 +395,11 @@ def main():
                         max_list=params["max_list"], diff_max_bytes=params["diff_max_bytes"],
                         timeout=params["timeout"])
     except IntegrityError as exc:
-        module.fail_json(msg=str(exc), changed=False)
+        module.fail_json(msg=safe_text(str(exc)), changed=False)
+    except (OSError, RecursionError, MemoryError, ValueError, RuntimeError) as exc:
+        # Not expected: say what happened in one sentence rather than with a traceback.
+        module.fail_json(msg=safe_text("The integrity check of %s stopped on an unexpected %s: %s. Nothing was changed "
+                                       "(the check only reads)." % (params["name"], type(exc).__name__, exc)), changed=False)
 
     result["changed"] = False
     if params["fail_on_drift"] and not result["pristine"]:

@@ -198,3 +198,24 @@ def test_hanging_python_fails_at_python_timeout_with_a_clear_message(run, tmp_pa
     assert code == 1 and result["failed"] is True and result["changed"] is False
     assert "%s did not report its site-packages within 1 seconds (python_timeout)" % fake in result["msg"]
     assert "Traceback" not in json.dumps(result)
+
+
+def test_unexpected_error_is_one_sentence_not_a_traceback(run, venv, monkeypatch):
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+
+    def broken(*args, **kwargs):
+        raise OSError(5, "Input/output error", "/dev/sdz")
+    monkeypatch.setattr(integrity, "_walk", broken)
+    code, result = run(base_args(venv))
+    assert code == 1 and result["changed"] is False
+    assert result["msg"].startswith("The integrity check of demo stopped on an unexpected OSError: [Errno 5] Input/output error")
+    assert "Nothing was changed" in result["msg"] and "exception" not in result
+
+
+def test_error_message_with_non_utf8_path_is_valid_utf8(run, tmp_path):
+    odd = os.path.join(str(tmp_path), "v", "lib", b"python\xff".decode("utf-8", "surrogateescape"), "site-packages")
+    os.makedirs(odd)
+    code, result = run({"venv": str(tmp_path / "v"), "name": "demo", "uv_cache_dir": []})
+    assert code == 1 and "is not installed in" in result["msg"]
+    assert "lib/python\\xff/site-packages" in result["msg"]
+    json.dumps(result, ensure_ascii=False).encode("utf-8")
