@@ -20,6 +20,13 @@ Public API:
 * ``plan_results(run_dir, results) -> list of (path, bytes)``: the files of
   host results to write (summary.json and the level files), unchanged files
   left out; raises ``HistoryError`` when a kept file would change
+* ``md_text(value) -> str``: a value from a host made safe for Markdown
+
+Bounds: a result or summary file larger than ``max_bytes`` (default
+``MAX_FILE_BYTES``) is not read (it is listed as a problem); figures of a
+summary.json that are not finite numbers are shown as ``-``. Every value
+that comes from a host (names, model, messages) is escaped for Markdown
+(``md_text``): it cannot break a table or add markup, links or HTML.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -35,6 +42,11 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import pngplot
 SUMMARY_NAME = 'summary.json'
 REPORT_FILES = ('report.md', 'report.png')
 SAFE_NAME = re.compile(r'^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$')
+MAX_FILE_BYTES = 64 * 1024 * 1024
+# line breaks and other control characters (C0, DEL, C1, Unicode line and paragraph separators)
+_BREAKS = re.compile('[\r\n\t\x0b\x0c\x85\u2028\u2029]+')
+_CONTROL = re.compile('[\x00-\x1f\x7f-\x9f]')
+_MARKDOWN = re.compile(r'([\\`*_\[\]|~])')
 
 
 class HistoryError(ValueError):
@@ -81,9 +93,50 @@ def plan_results(run_dir, results):
     return planned
 
 
-def _read_json(path):
+def text(value):
+    """VALUE as valid text: odd bytes (surrogate escapes of file names) as backslash escapes."""
+    if isinstance(value, bytes):
+        value = os.fsdecode(value)
+    elif not isinstance(value, str):
+        value = str(value)
+    return value.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+
+
+def md_text(value):
+    """VALUE as inline Markdown text: no line breaks, markup, links or HTML, whatever it holds."""
+    value = _BREAKS.sub(' ', text(value))
+    value = _CONTROL.sub(lambda match: '\\x%02x' % ord(match.group()), value)
+    value = _MARKDOWN.sub(r'\\\1', value)
+    return value.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
+
+
+def md_code(value):
+    """VALUE as an inline code span (outside tables): a fence longer than any run of backticks it holds."""
+    value = _CONTROL.sub(lambda match: '\\x%02x' % ord(match.group()), _BREAKS.sub(' ', text(value)))
+    fence = '`' * (max([len(run) for run in re.findall('`+', value)] + [0]) + 1)
+    if value.startswith('`') or value.endswith('`'):
+        value = ' %s ' % value
+    return '%s%s%s' % (fence, value, fence)
+
+
+def _read_json(path, max_bytes=MAX_FILE_BYTES):
     with open(path, 'rb') as handle:
-        return bench.load_result_text(handle.read())
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError('larger than %d bytes, more than a file is read up to; not read' % max_bytes)
+    return bench.load_result_text(data)
+
+
+def _clean_summary(summary):
+    """A summary.json's summary with every level a row of finite figures (a hand-edited or hostile file may differ)."""
+    clean = dict(summary)
+    levels = summary.get('levels')
+    clean['levels'] = [bench._clean_row(row) for row in levels if isinstance(row, dict)] if isinstance(levels, list) else []
+    for key in ('single_stream_tok_s', 'peak_tok_s'):
+        clean[key] = bench._number(summary.get(key))
+    for key in ('peak_concurrency', 'failed_requests'):
+        clean[key] = bench._count(summary.get(key))
+    return clean
 
 
 def _level_files(directory):
@@ -96,7 +149,7 @@ def _level_files(directory):
     return sorted(names)
 
 
-def collect_run(run_dir):
+def collect_run(run_dir, max_bytes=MAX_FILE_BYTES):
     """One entry per host directory of ``run_dir``, sorted by host name.
 
     Each entry: host, status, summary (bench.summarize output), verdict,
@@ -114,13 +167,13 @@ def collect_run(run_dir):
         stored = None
         if os.path.isfile(summary_path):
             try:
-                stored = _read_json(summary_path)
+                stored = _read_json(summary_path, max_bytes)
             except (OSError, ValueError) as exc:
-                problems.append('%s: %s' % (summary_path, exc))
+                problems.append(text('%s: %s' % (summary_path, exc)))
         if stored is not None and isinstance(stored.get('summary'), dict):
-            summary = stored['summary']
+            summary = _clean_summary(stored['summary'])
             entry = {
-                'host': host,
+                'host': text(host),
                 'status': stored.get('status') or ('ok' if summary.get('ok') else 'failed'),
                 'summary': summary,
                 'verdict': stored.get('verdict') if isinstance(stored.get('verdict'), dict) else None,
@@ -132,13 +185,13 @@ def collect_run(run_dir):
             for name in _level_files(directory):
                 path = os.path.join(directory, name)
                 try:
-                    rows.append(bench.parse_result(_read_json(path), source=path))
+                    rows.append(bench.parse_result(_read_json(path, max_bytes), source=text(path)))
                 except (OSError, ValueError) as exc:
-                    problems.append('%s: %s' % (path, exc))
+                    problems.append(text('%s: %s' % (path, exc)))
             if not rows and not problems:
                 continue
             entry = {
-                'host': host,
+                'host': text(host),
                 'status': 'incomplete',
                 'summary': bench.summarize(rows),
                 'verdict': None,
@@ -161,8 +214,15 @@ def _num(value, digits=1):
     return '{:,.{d}f}'.format(value, d=digits)
 
 
-def _cell(text):
-    return str(text).replace('|', '\\|').replace('\n', ' ')
+def _cell(value):
+    return md_text(value)
+
+
+def _plain(value):
+    """A value of a host result for the module's result: JSON-safe text, number or None."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return text(value)
 
 
 def _triple(row, metric):
@@ -174,25 +234,25 @@ def host_figures(entry):
     verdict = entry.get('verdict') or {}
     meta = entry.get('meta') or {}
     return {
-        'host': entry.get('host'),
-        'model': meta.get('model'),
-        'status': entry.get('status'),
+        'host': _plain(entry.get('host')),
+        'model': _plain(meta.get('model')),
+        'status': _plain(entry.get('status')),
         'single_stream_tok_s': summary.get('single_stream_tok_s'),
         'peak_tok_s': summary.get('peak_tok_s'),
         'peak_concurrency': summary.get('peak_concurrency'),
         'failed_requests': summary.get('failed_requests'),
         'levels': len(summary.get('levels') or []),
         'regressed': bool(verdict.get('regressed')),
-        'verdict': verdict.get('message'),
-        'failure': meta.get('failure'),
+        'verdict': _plain(verdict.get('message')),
+        'failure': _plain(meta.get('failure')),
     }
 
 
 def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png'):
-    lines = ['# %s' % title, '']
-    lines.append('Run `%s`: %d host%s. Output token throughput is what `vllm bench serve` reports '
+    lines = ['# %s' % md_text(title), '']
+    lines.append('Run %s: %d host%s. Output token throughput is what `vllm bench serve` reports '
                  '(output tokens / benchmark duration); single stream is the concurrency-1 level, peak the best '
-                 'level without failed requests.' % (run_id, len(entries), '' if len(entries) == 1 else 's'))
+                 'level without failed requests.' % (md_code(run_id), len(entries), '' if len(entries) == 1 else 's'))
     lines.append('')
     if png_name:
         lines.extend(['![Output tok/s against concurrency, one line per host](%s)' % png_name, ''])
@@ -205,12 +265,12 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
         verdict = fig['failure'] or fig['verdict'] or '-'
         lines.append('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
             _cell(fig['host']), _cell(fig['model'] or '-'), _cell(fig['status']), _num(fig['single_stream_tok_s']),
-            _num(fig['peak_tok_s']), fig['peak_concurrency'] if fig['peak_concurrency'] is not None else '-',
-            fig['failed_requests'] if fig['failed_requests'] is not None else '-', _cell(verdict)))
+            _num(fig['peak_tok_s']), _cell(fig['peak_concurrency']) if fig['peak_concurrency'] is not None else '-',
+            _cell(fig['failed_requests']) if fig['failed_requests'] is not None else '-', _cell(verdict)))
     for entry in entries:
         meta = entry.get('meta') or {}
         summary = entry.get('summary') or {}
-        lines.extend(['', '## %s' % entry['host'], ''])
+        lines.extend(['', '## %s' % md_text(entry['host']), ''])
         facts = []
         for key, label in (('model', 'model'), ('base_url', 'server'), ('input_len', 'input tokens'),
                            ('output_len', 'output tokens'), ('backend', 'backend'), ('vllm_version', 'vLLM'),
@@ -225,7 +285,7 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
         for row in summary.get('levels') or []:
             served = bool(row.get('completed'))  # a level where nothing completed has no latencies, only zeros
             lines.append('| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |' % (
-                row.get('concurrency') if row.get('concurrency') is not None else '-',
+                _cell(row.get('concurrency')) if row.get('concurrency') is not None else '-',
                 _num(row.get('num_prompts'), 0), _num(row.get('completed'), 0), _num(row.get('failed'), 0),
                 _num(row.get('output_tok_s')), _num(row.get('total_tok_s')), _num(row.get('request_s'), 2),
                 _triple(row, 'ttft') if served else '-', _triple(row, 'tpot') if served else '-',
@@ -249,6 +309,6 @@ def render_png(entries, run_id):
         points = [(row.get('concurrency'), row.get('output_tok_s'))
                   for row in (entry.get('summary') or {}).get('levels') or []
                   if row.get('concurrency') and row.get('output_tok_s') is not None and row.get('failed') == 0]
-        series.append({'name': entry['host'], 'points': points})
+        series.append({'name': text(entry['host']), 'points': points})
     return pngplot.render_line_chart(series, title='Output token throughput vs concurrency (run %s)' % run_id,
                                      x_label='concurrency (max concurrent requests)', y_label='output tok/s')

@@ -72,6 +72,12 @@ options:
       - Write C(report.md) (and C(report.png)). V(false) only keeps O(results).
     type: bool
     default: true
+  max_file_mib:
+    description:
+      - Largest result or C(summary.json) file read from the run directory, in MiB. A larger file is not read; it is
+        listed in RV(problems) and in the report.
+    type: int
+    default: 64
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -86,6 +92,9 @@ attributes:
     platforms: posix
 notes:
   - Host and file names are plain names (letters, digits, C(.), C(_), C(+), C(-)); anything else is refused.
+  - Every value that comes from a host (host and model names, messages, figures of a C(summary.json)) is escaped in
+    the Markdown (C(|), line breaks, backticks, C(*), C(_), brackets, C(<), C(>), C(&), control characters), so it
+    cannot break a table or add markup, links or HTML; figures that are not finite numbers are shown as C(-).
   - The plot is drawn by the collection itself (standard library only); no plotting package is needed.
   - The concurrency axis is logarithmic; levels with failed requests are left out of the plot but kept in the tables.
 requirements:
@@ -235,10 +244,14 @@ def main():
                 run_id=dict(type='str'),
             )),
             render=dict(type='bool', default=True),
+            max_file_mib=dict(type='int', default=64),
         ),
         supports_check_mode=True,
     )
     path = module.params['path'].rstrip('/') or '/'
+    if module.params['max_file_mib'] < 1:
+        module.fail_json(msg='max_file_mib must be at least 1, got %d. Nothing was written.' % module.params['max_file_mib'])
+    max_bytes = module.params['max_file_mib'] * 1024 * 1024
     run_id = module.params['run_id'] or os.path.basename(path)
     strays = sorted(set(item['run_id'] for item in module.params['results']
                         if item.get('run_id') not in (None, run_id)))
@@ -266,16 +279,17 @@ def main():
                 _write(module, target, data)
             except (IOError, OSError) as exc:
                 module.fail_json(msg='Could not keep the benchmark result %s: %s. Check that the directory is '
-                                     'writable and the disk not full.' % (target, to_native(exc)), written=written)
+                                     'writable and the disk not full.' % (target, to_native(exc)),
+                                 changed=bool(written[:-1]), written=written[:-1])
 
     entries, markdown = [], None
     png_name = 'report.png' if module.params['png'] else None
     if module.params['render'] and (os.path.isdir(path) or planned):
         try:
-            entries = bench_report.collect_run(path) if os.path.isdir(path) else []
+            entries = bench_report.collect_run(path, max_bytes) if os.path.isdir(path) else []
         except OSError as exc:
             module.fail_json(msg='Could not read the benchmark run directory %s: %s. Check its permissions.'
-                                 % (path, to_native(exc)))
+                                 % (path, to_native(exc)), changed=bool(written), written=written)
         if module.check_mode and planned:
             # what the run directory would hold: the kept hosts plus the planned ones
             entries = _with_planned(entries, planned, path)
@@ -291,7 +305,8 @@ def main():
                         _write(module, target, data)
                     except (IOError, OSError) as exc:
                         module.fail_json(msg='Could not write the benchmark report %s: %s. Check that the directory '
-                                             'is writable and the disk not full.' % (target, to_native(exc)))
+                                             'is writable and the disk not full.' % (target, to_native(exc)),
+                                         changed=bool(written[:-1]), written=written[:-1])
 
     problems = []
     for entry in entries:
@@ -322,14 +337,22 @@ def _with_planned(entries, planned, path):
         summary = files.get(bench_report.SUMMARY_NAME)
         if summary is not None:
             stored = json.loads(summary.decode('utf-8'))
-            merged.append({'host': host, 'status': stored.get('status') or 'ok', 'summary': stored.get('summary') or {},
-                           'verdict': stored.get('verdict'), 'problems': [],
+            kept = stored.get('summary') if isinstance(stored.get('summary'), dict) else {}
+            merged.append({'host': host, 'status': stored.get('status') or 'ok', 'summary': bench_report._clean_summary(kept),
+                           'verdict': stored.get('verdict') if isinstance(stored.get('verdict'), dict) else None,
+                           'problems': [],
                            'meta': dict((k, v) for k, v in stored.items() if k not in ('summary', 'verdict'))})
         else:
-            rows = [bench.parse_result(data.decode('utf-8'), source=os.path.join(path, host, name))
-                    for name, data in sorted(files.items()) if name.endswith('.json')]
+            rows, problems = [], []
+            for name, data in sorted(files.items()):
+                if name.endswith('.json'):
+                    source = os.path.join(path, host, name)
+                    try:
+                        rows.append(bench.parse_result(data.decode('utf-8', 'replace'), source=source))
+                    except ValueError as exc:
+                        problems.append('%s: %s' % (source, exc))
             merged.append({'host': host, 'status': 'incomplete', 'summary': bench.summarize(rows), 'verdict': None,
-                           'meta': {}, 'problems': []})
+                           'meta': {}, 'problems': problems})
     return sorted(merged, key=lambda entry: entry['host'])
 
 
