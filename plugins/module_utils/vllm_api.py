@@ -68,6 +68,7 @@ USER_AGENT = "gpufleet.vllm-ready/0.1"
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 ERROR_BODY_BYTES = 64 * 1024
 MAX_REDIRECTS = 5
+MAX_WAIT_SECONDS = 7 * 24 * 3600
 HOST_CHARS = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 STAGES = ("health", "models", "completion")
@@ -168,6 +169,17 @@ def make_base_url(host=None, port=None, scheme="http", base_url=None):
     if ":" in host and not host.startswith("["):
         host = "[%s]" % host
     return "%s://%s:%d" % (scheme, host, port)
+
+
+def seconds_problem(name, value):
+    """A sentence when VALUE (seconds) is NaN, infinite or more than a week (MAX_WAIT_SECONDS), else None."""
+    if value is None:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return "%s=%s is not a number of seconds" % (name, value)
+    if value > MAX_WAIT_SECONDS:
+        return "%s=%s is more than a week (%d s), the longest wait there is" % (name, value, MAX_WAIT_SECONDS)
+    return None
 
 
 def check_api_key(api_key):

@@ -136,7 +136,8 @@ notes:
     O(request_timeout) seconds in all (not per read), capped by the time left before O(timeout); at most
     O(max_response_bytes) of an answer are read; redirects are followed only within the same scheme, host and port,
     so the O(api_key) never goes elsewhere. O(base_url), O(host) and O(api_key) with spaces, control characters or
-    non-ASCII characters are refused before anything is stopped.
+    non-ASCII characters are refused before anything is stopped, and so are times that are not a number, infinite
+    or longer than a week (604800 s).
   - The module does not undo a failed restart; a playbook's C(rescue) decides what to do (the C(gpufleet.vllm.rollout)
     playbook switches back to the previous environment and starts it).
   - Run it with the interpreter of the C(gpufleet.vllm.host_tools) venv when O(vram) is given (nvidia-ml-py).
@@ -308,6 +309,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     SERVER_MUTUALLY_EXCLUSIVE,
     VllmClient,
     make_base_url,
+    seconds_problem,
     server_argument_spec,
 )
 
@@ -324,6 +326,11 @@ def _bad_numbers(params):
     for name in ("count", "stopped_max_used_mib", "free_timeout", "loaded_min_used_mib", "loaded_timeout"):
         if vram.get(name) is not None and vram[name] < 0:
             problems.append("vram.%s=%s is negative" % (name, vram[name]))
+    for name in ("timeout", "interval", "request_timeout"):
+        problems.append(seconds_problem(name, params[name]))
+    for name in ("free_timeout", "loaded_timeout", "interval"):
+        problems.append(seconds_problem("vram." + name, vram.get(name)))
+    problems = [problem for problem in problems if problem]
     if params["max_response_bytes"] < 1024:
         problems.append("max_response_bytes=%s is too small; give 1024 or more" % params["max_response_bytes"])
     if vram and vram.get("interval") is not None and vram["interval"] <= 0:

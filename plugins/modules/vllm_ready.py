@@ -72,7 +72,8 @@ notes:
   - Bounds. Each HTTP request ends within O(request_timeout) seconds in all (connect, status line, headers and body,
     not per read; a server that trickles bytes is cut off), capped by the time left before O(timeout), but never
     below 1 s; so the whole wait ends within O(timeout) plus at most one request of 1 s (in check mode, each check
-    is one request of at most O(request_timeout)). At most O(max_response_bytes) of an answer are read.
+    is one request of at most O(request_timeout)). At most O(max_response_bytes) of an answer are read. Times that
+    are not a number, infinite or longer than a week (604800 s) are refused.
   - Redirects are followed only to the same scheme, host and port (at most 5). A redirect to another origin is not
     followed and the check fails with that URL in the error, so the request and the O(api_key) never go there.
   - O(base_url), O(host) and O(api_key) are refused before any request when they hold spaces, control characters
@@ -250,6 +251,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     failure_message,
     journal_tail,
     make_base_url,
+    seconds_problem,
     seconds_since_start,
     server_argument_spec,
     unit_state,
@@ -284,6 +286,10 @@ def main():
     for name in ("interval", "request_timeout"):
         if params[name] <= 0:
             module.fail_json(msg="%s=%s must be more than 0 seconds." % (name, params[name]))
+    for name in ("timeout", "interval", "request_timeout"):
+        problem = seconds_problem(name, params[name])
+        if problem:
+            module.fail_json(msg="%s." % problem)
     if params["max_response_bytes"] < 1024:
         module.fail_json(msg="max_response_bytes=%s is too small; give 1024 or more (the default is 4194304)."
                          % params["max_response_bytes"])

@@ -410,3 +410,21 @@ def test_vllm_ready_survives_hostile_json_answers(serve, tmp_path):
     assert rc == 1 and result["failed_stage"] == "models"
     assert result["stages"]["models"]["last_error"] == "/v1/models answered JSON nested too deeply to read"
     assert result["version"] == "\\ud800 bad \x00"
+
+
+@pytest.mark.parametrize("module", ["vllm_ready", "vllm_cutover"])
+@pytest.mark.parametrize("option, value, words", [
+    ("request_timeout", "nan", "request_timeout=nan is not a number of seconds"),
+    ("request_timeout", "inf", "request_timeout=inf is not a number of seconds"),
+    ("interval", 1e300, "interval=1e+300 is more than a week (604800 s)"),
+    ("timeout", 10 ** 400, "is more than a week (604800 s)"),
+])
+def test_times_that_no_wait_can_use_are_refused_cleanly(module, option, value, words, tmp_path):
+    args = dict({"port": 1, "timeout": 1}, **{option: value})
+    if module == "vllm_cutover":
+        args["unit"] = "vllm-x.service"
+    rc, result = run_module(module, args, tmp_path)
+    assert rc == 1 and result["failed"]
+    assert words in result["msg"]
+    if module == "vllm_cutover":
+        assert result["stopped"] is False and result["failed_step"] == "options"
