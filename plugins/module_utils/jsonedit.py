@@ -39,6 +39,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import fnmatch
+import gc
 import json
 import os
 import re
@@ -495,6 +496,17 @@ def remove_keys(text, key_paths, name='<json>'):
     parsed once more to check the result.
     """
     parsed = [k if isinstance(k, tuple) else parse_key_path(k) for k in key_paths]
+    # the parse trees hold no cycles: the cyclic collector would only rescan them again and again
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _remove_keys(text, parsed, name)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _remove_keys(text, parsed, name):
     tree = _load_pairs(text, name)
     matcher = _Matcher(parsed)
     cuts, matches = _scan(text, matcher, name)
