@@ -578,8 +578,13 @@ def _b64(digest):
 _HASHERS = dict((name, getattr(hashlib, name)) for name in HASH_ALGORITHMS if hasattr(hashlib, name))
 
 
-def _check_file(full, size, algorithm, digest, buf, view):
-    """Classify one file. Returns (class, detail dict or None, lstat or None)."""
+class _Stopped(Exception):
+    """The deadline passed while a large file was being hashed."""
+
+
+def _check_file(full, size, algorithm, digest, buf, view, expired=None):
+    """Classify one file. Returns (class, detail dict or None, lstat or None).
+    Raises :class:`_Stopped` when ``expired()`` turns true between chunks."""
     try:
         st = os.lstat(full)
     except (FileNotFoundError, NotADirectoryError):
@@ -610,11 +615,15 @@ def _check_file(full, size, algorithm, digest, buf, view):
             hasher.update(os.read(fd, st.st_size + 1))
         else:
             bufs = [buf]
+            chunks = 0
             while True:
                 count = os.readv(fd, bufs)
                 if not count:
                     break
                 hasher.update(view[:count])
+                chunks += 1
+                if expired is not None and not chunks % 32 and expired():
+                    raise _Stopped()
     except OSError as exc:
         return "unreadable", {"reason": "read failed: %s" % (exc.strerror or exc)}, st
     finally:
@@ -720,7 +729,7 @@ class _Hasher:
                     index, full, size, algorithm, digest, dummy = pop()
                 except IndexError:
                     break
-                results[index] = _check_file(full, size, algorithm, digest, buf, view)
+                results[index] = _check_file(full, size, algorithm, digest, buf, view, expired)
             self._ready.wait()
             pop = self._small.popleft
             while not expired():
@@ -732,6 +741,8 @@ class _Hasher:
                     results[index] = _check_small(full, size, algorithm, digest, buf, view)
                 else:
                     results[index] = _check_file(full, size, algorithm, digest, buf, view)
+        except _Stopped:
+            pass
         except Exception as exc:  # pylint: disable=broad-exception-caught
             self._errors.append(exc)
 

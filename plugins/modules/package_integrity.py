@@ -113,7 +113,7 @@ options:
       - Seconds the whole check may take on the host (not counting O(python_timeout)). When it passes, the task
         fails with a message saying how far the check got (for example how many of the RECORD files were hashed);
         nothing is changed either way.
-      - A file already being hashed is finished first, so the task may run a little longer.
+      - A large file being hashed is stopped between 32 MiB stretches, so the task may run a little longer.
     type: int
     default: 600
 extends_documentation_fragment:

@@ -232,3 +232,17 @@ def test_large_changed_python_file_gets_a_not_scanned_finding(demo):
     result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
     kinds = [(f["path"], f["kind"]) for f in result["findings"]]
     assert ("demo/big.py", "not_scanned") in kinds
+
+
+def test_deadline_stops_hashing_a_huge_file_midway(demo):
+    root, site, record = demo
+    huge = os.path.join(site, "demo", "huge.bin")
+    size = 16 << 30
+    with open(huge, "wb") as handle:
+        handle.truncate(size)           # sparse: 16 GiB of zeros, minutes to hash
+    append_record(record, ("demo/huge.bin,sha256=%s,%d\n" % ("A" * 43, size)).encode())
+    started = time.monotonic()
+    with pytest.raises(IntegrityError) as exc:
+        integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[], timeout=0.5, workers=1)
+    assert time.monotonic() - started < 4
+    assert "did not finish within 0.5 seconds (timeout) and was stopped while hashing the files RECORD lists (" in str(exc.value)
