@@ -499,8 +499,8 @@ class VllmClient(object):
                 exc.close()
             text = _error_text(raw)
             if not text and 300 <= exc.code < 400:
-                text = "a redirect loop, too many redirects (at most %d are followed) or one without a Location" \
-                    % MAX_REDIRECTS
+                text = ("a redirect that was not followed: a loop, more than %d, one without a Location, or a POST "
+                        "redirected with 307/308" % MAX_REDIRECTS)
             raise VllmApiError("HTTP %d%s" % (exc.code, (": " + text) if text else ""), kind="http", status=exc.code)
         except (urllib.error.URLError, OSError) as exc:
             raise _network_error(exc, timeout)
