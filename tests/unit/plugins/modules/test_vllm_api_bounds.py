@@ -335,6 +335,7 @@ def test_make_base_url_refuses_what_could_inject(kwargs, words):
 
 @pytest.mark.parametrize("kwargs, url", [
     ({"host": "vllm-01.example.org"}, "http://vllm-01.example.org:8000"),
+    ({"host": "vllm_01.example.org."}, "http://vllm_01.example.org.:8000"),
     ({"host": "[::1]", "port": 1}, "http://[::1]:1"),
     ({"base_url": "http://[fe80::1]:8000/prefix/"}, "http://[fe80::1]:8000/prefix"),
     ({"base_url": "https://localhost"}, "https://localhost"),
