@@ -80,7 +80,9 @@ options:
     type: str
     default: ""
   timeout:
-    description: Seconds the resolution may take in all; also uv's HTTP timeout unless C(UV_HTTP_TIMEOUT) is set.
+    description:
+      - Seconds the resolution may take in all (at least 1); also uv's HTTP timeout unless C(UV_HTTP_TIMEOUT) is set.
+        When it passes, uv is killed with its whole process group.
     type: int
     default: 120
   environment:
@@ -93,6 +95,12 @@ notes:
   - Lookups run on the control node. uv's cache is not used (C(--no-cache)) so that C(latest) is always asked of
     the index, and uv's configuration files are ignored (C(--no-config)) so that only these options decide.
   - Python interpreters are never downloaded (C(--no-python-downloads)).
+  - "Bounds: uv's output goes to temporary files; only the first 1 MiB of its standard output and the last 64 KiB of
+    its error output are read."
+  - "Refused before uv runs: a value of O(index_url), O(extra_index_urls), O(find_links), O(python_version),
+    O(python_platform) or O(uv) that starts with C(-) (it would be read as an option) or holds a control character
+    (newline, tab, NUL); a O(python_version) that is not like V(3.12); a O(python_platform) that is not a word
+    like V(x86_64-manylinux_2_28); an O(environment) name that is not a variable name or a value with a NUL."
 seealso:
   - name: uv pip compile
     description: The command this lookup runs.
@@ -128,6 +136,7 @@ _raw:
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 
@@ -140,6 +149,12 @@ LATEST = ("", "latest")
 EXACT_VERSION_RE = re.compile(r"^v?[0-9][0-9A-Za-z.!+_-]*$")
 SPECIFIER_RE = re.compile(r"^\s*(===|==|~=|!=|>=|<=|<|>)\s*[0-9A-Za-z.*!+_-]+\s*$")
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+PYTHON_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
+PLATFORM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+STDOUT_CAP = 1024 * 1024
+STDERR_TAIL = 64 * 1024
 
 NOT_FOUND_MARKERS = (
     "there is no version of",
@@ -204,6 +219,41 @@ def requirement(name, version):
         "bad_input",
         "The version request %r for %s is not understood: give 'latest', an exact version such as 0.33.0 "
         "or a specifier such as '>=0.32,<0.34'." % (request, name))
+
+
+def _bad(what, value, why):
+    return ResolveError("bad_input", "%s %s %s; nothing was run." % (what, _shown(value), why))
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def check_values(index_url="", extra_index_urls=(), find_links=(), python_version="", python_platform="", uv="",
+                 timeout=120, environment=None):
+    """Raise ResolveError (bad_input) for a value that must not reach uv's command line or environment."""
+    values = [("index_url", index_url)] + [("extra_index_urls item", u) for u in extra_index_urls or ()]
+    values += [("find_links item", f) for f in find_links or ()]
+    values += [("python_version", python_version), ("python_platform", python_platform), ("uv", uv)]
+    for what, value in values:
+        if not value:
+            continue
+        if CONTROL_RE.search(value):
+            raise _bad(what, value, "holds a control character (a newline, tab, NUL...)")
+        if value.startswith("-"):
+            raise _bad(what, value, "starts with '-' and would be read as an option of uv")
+    if python_version and not PYTHON_VERSION_RE.match(python_version):
+        raise _bad("python_version", python_version, "is not a Python version such as 3.12")
+    if python_platform and not PLATFORM_RE.match(python_platform):
+        raise _bad("python_platform", python_platform, "is not a platform such as x86_64-manylinux_2_28")
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
+        raise _bad("timeout", timeout, "is not a whole number of seconds of at least 1")
+    for key, value in (environment or {}).items():
+        if not ENV_NAME_RE.match(str(key)):
+            raise _bad("environment variable name", str(key), "is not a name (letters, digits, _)")
+        if "\x00" in str(value):
+            raise ResolveError("bad_input", "environment variable %s holds a NUL character; nothing was run." % (key,))
 
 
 def build_argv(uv, index_url="", extra_index_urls=(), find_links=(), no_index=False,
@@ -308,6 +358,7 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
             runner=None):
     """Resolve NAME and a version request to one exact version; raise ResolveError."""
     req = requirement(name, version)
+    check_values(index_url, extra_index_urls, find_links, python_version, python_platform, uv, timeout, environment)
     if no_index and not find_links:
         raise ResolveError("bad_input", "no_index is set but no find_links were given: there is nowhere to look.")
     uv_bin = find_uv(uv)
@@ -325,8 +376,8 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
     except subprocess.TimeoutExpired:
         raise ResolveError(
             "unreachable",
-            "Resolving %s from %s took longer than %s seconds; the index may be unreachable or slow. "
-            "Nothing was changed on any host." % (req, sources, timeout))
+            "Resolving %s from %s took longer than %s seconds (timeout), so uv was stopped; the index may be "
+            "unreachable or slow. Nothing was changed on any host." % (req, sources, timeout))
     except OSError as exc:
         raise ResolveError("no_uv", "uv (%s) could not be run on the control node: %s" % (uv_bin, to_native(exc)))
     if rc != 0:
@@ -339,14 +390,40 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
     return found
 
 
+def _read(path, cap, tail=False):
+    with open(path, "rb") as handle:
+        if tail:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - cap))
+        data = handle.read(cap)
+    return data.decode("utf-8", "replace")
+
+
 def _run(argv, stdin, env, timeout):
+    """Run uv in a session of its own, output to files; kill its process group when TIMEOUT passes.
+
+    -> (rc, first STDOUT_CAP bytes of stdout, last STDERR_TAIL bytes of stderr); TimeoutExpired on timeout.
+    """
     workdir = tempfile.mkdtemp(prefix="gpufleet-uv-resolve-")
     try:
-        proc = subprocess.run(argv, input=stdin, env=env, cwd=workdir, timeout=timeout, check=False,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        paths = dict((name, os.path.join(workdir, name)) for name in ("stdin", "stdout", "stderr"))
+        with open(paths["stdin"], "w") as handle:
+            handle.write(stdin)
+        with open(paths["stdin"], "rb") as in_, open(paths["stdout"], "wb") as out, open(paths["stderr"], "wb") as err:
+            proc = subprocess.Popen(argv, stdin=in_, stdout=out, stderr=err, env=env, cwd=workdir, close_fds=True,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
+                raise
+        return rc, _read(paths["stdout"], STDOUT_CAP), _read(paths["stderr"], STDERR_TAIL, tail=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 class LookupModule(LookupBase):
@@ -363,7 +440,7 @@ class LookupModule(LookupBase):
             python_version=to_text(self.get_option("python_version") or ""),
             python_platform=to_text(self.get_option("python_platform") or ""),
             uv=to_text(self.get_option("uv") or ""),
-            timeout=int(self.get_option("timeout")),
+            timeout=self.get_option("timeout"),
             environment=self.get_option("environment") or {},
         )
         results = []
