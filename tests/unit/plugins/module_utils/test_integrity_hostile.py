@@ -12,6 +12,7 @@ files; each test makes the fault happen and checks the result.
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import glob
 import json
 import os
 import shutil
@@ -28,12 +29,16 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import Int
 helpers = load_source("gpufleet_integrity_helpers_hostile", "tests", "unit", "plugins", "module_utils", "test_integrity.py")
 
 
-def make_venv(path):
-    """A real venv (no pip) made by the running interpreter; returns (root, python, site-packages)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True,
+def make_venv(path, base=None):
+    """A real venv (no pip) made by ``base`` (default: the running interpreter);
+    returns (root, python, site-packages)."""
+    base = base or sys.executable
+    subprocess.run([base, "-m", "venv", "--without-pip", str(path)], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
     python = os.path.join(str(path), "bin", "python")
-    site = os.path.join(str(path), "lib", helpers.PYDIR, "site-packages")
+    version = subprocess.run([python, "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], check=True,
+                             stdout=subprocess.PIPE, timeout=60).stdout.decode().strip()
+    site = os.path.join(str(path), "lib", "python" + version, "site-packages")
     assert os.path.isdir(site)
     return str(path), python, site
 
@@ -42,8 +47,27 @@ def make_venv(path):
 # Item 2: the python probe runs no site hooks and has a deadline
 # ---------------------------------------------------------------------------
 
-def test_probe_runs_no_pth_hook_and_still_finds_the_venv(tmp_path):
-    root, python, site = make_venv(tmp_path / "venv")
+def other_python(name):
+    """An installed interpreter other than the running one (on PATH or in pyenv), or None."""
+    candidates = [shutil.which(name)] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/%s*/bin/%s" % (name[6:], name))))
+    for found in candidates:
+        if not found:
+            continue
+        try:
+            subprocess.run([found, "-c", "pass"], check=True, timeout=30, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return found
+    return None
+
+
+# Before 3.11, a venv's sys.prefix is set by site.py, which -S skips: pyvenv.cfg must be read by the probe.
+@pytest.mark.parametrize("base", ["running", "python3.8", "python3.10"])
+def test_probe_runs_no_pth_hook_and_still_finds_the_venv(tmp_path, base):
+    base = sys.executable if base == "running" else other_python(base)
+    if base is None:
+        pytest.skip("that Python version is not installed here")
+    root, python, site = make_venv(tmp_path / "venv", base)
     marker = tmp_path / "pwned"
     with open(os.path.join(site, "evil.pth"), "w") as handle:
         handle.write("import pathlib; pathlib.Path(%r).write_text('ran')\n" % str(marker))
