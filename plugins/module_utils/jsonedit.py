@@ -57,7 +57,7 @@ DEFAULT_FILES = (
 
 _BOM = u'\ufeff'
 _WS = re.compile(r'[ \t\n\r]*')
-_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_BRACKETS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')  # closing quote optional: never rescans
 _DECODER = json.JSONDecoder()
 
 # Bounds (documented in the model_config module).

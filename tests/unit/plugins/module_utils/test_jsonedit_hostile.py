@@ -130,3 +130,12 @@ def test_follow_is_refused_when_the_walk_was_cut_short(tmp_path):
         jsonedit.plan_file(link, ['kv_cache_scheme'], symlinks='follow')
     assert 'the search for other links to it stopped early (directories deeper than 16 levels' in err.value.msg
     assert open(blob).read() == '{"kv_cache_scheme": 1}'
+
+
+def test_depth_position_skips_brackets_in_strings_even_unterminated():
+    assert jsonedit._deepest('[' * 5 + '"[[\\"[" [[', 6) == 14
+    assert jsonedit._deepest('["[[[[[[[[' + 'x' * 1000, 2) is None
+    text = '{"a": ' * 3000 + '"unterminated'
+    with pytest.raises(jsonedit.JSONEditError) as err:
+        jsonedit.remove_keys(text, ['a'], name='c.json')
+    assert 'deeper than 128 levels (line 1, column %d)' % (128 * 6 + 1) in err.value.msg
