@@ -18,6 +18,9 @@ Public API (used by the ``nvml_vram`` module and by roles through it):
   ``mismatches``, ``expectation_met``, ``waited``, ...).  Never raises for
   NVML faults: they come back as ``nvml_available: false`` plus
   ``nvml_error`` (``name``, ``text``, ``gpu_index``, ``message``).
+* :func:`collect_bounded` -- :func:`collect` in a worker thread with a
+  deadline: when NVML does not answer (a hung driver), the result says so
+  (``nvml_error.name`` ``NVML_TIMEOUT``) instead of the task hanging.
 * :func:`load_pynvml` -- pynvml from this interpreter or from the
   nvidia-ml-py of another venv's site-packages (the audit runs with the
   host's own Python).
@@ -45,6 +48,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 import time
 
 MIB = 1024 * 1024
@@ -110,6 +114,16 @@ _HINTS = {
     ),
     "NVML_ERROR_UNINITIALIZED": "NVML was used before it was initialised; this is a bug, please report it.",
 }
+
+_HINTS["NVML_TIMEOUT"] = (
+    "The NVIDIA driver did not answer in time: a GPU may have fallen off the bus or the driver be stuck; look for "
+    "Xid errors in 'dmesg' and try 'nvidia-smi' (if it hangs too, the host needs a GPU reset or a reboot). Nothing "
+    "was changed."
+)
+_HINTS["NVML_UNEXPECTED"] = (
+    "pynvml answered with something this collection cannot read (an unusual driver or nvidia-ml-py version): "
+    "check 'nvidia-smi' and the nvidia-ml-py version on the host, and report it."
+)
 
 _DEFAULT_HINT = "Check the NVIDIA driver on the host ('nvidia-smi', 'dmesg')."
 
@@ -202,10 +216,33 @@ def _unavailable(pynvml, exc, gpu_index=None, gpu_count=None):
     return NvmlUnavailable(error_name(pynvml, exc), error_text(exc), gpu_index, gpu_count)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def _text(value):
+    """A string from NVML as valid one-line text: odd bytes and control characters as backslash escapes."""
+    if value is None:
+        return None
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return value
+        value = value.decode("utf-8", "backslashreplace")
+    elif not isinstance(value, str):
+        value = str(value)
+    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda match: "\\x%02x" % ord(match.group()) if ord(match.group()) < 0x100
+                        else "\\u%04x" % ord(match.group()), value)
+
+
+def _query_text(fn, *args):
+    """The text FN returns; pynvml decodes bytes as strict UTF-8, so a name with odd bytes is read from the error."""
+    try:
+        value = fn(*args)
+    except UnicodeDecodeError as exc:
+        value = bytes(exc.object)
+    return _text(value)
+
+
+def _unexpected(exc, gpu_index=None, gpu_count=None):
+    return NvmlUnavailable("NVML_UNEXPECTED", "%s: %s" % (type(exc).__name__, _text(str(exc))), gpu_index, gpu_count)
 
 
 def _error_value(pynvml, name, default):
@@ -301,7 +338,7 @@ def _compute_processes(pynvml, handle):
 def _process_name(pynvml, pid, cache):
     if pid not in cache:
         try:
-            cache[pid] = _text(pynvml.nvmlSystemGetProcessName(pid)) or None
+            cache[pid] = _query_text(pynvml.nvmlSystemGetProcessName, pid) or None
         except pynvml.NVMLError:
             cache[pid] = None
     return cache[pid]
@@ -329,8 +366,8 @@ def _empty_gpu(index):
 def _read_gpu(pynvml, index, names):
     gpu = _empty_gpu(index)
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    gpu["name"] = _text(pynvml.nvmlDeviceGetName(handle))
-    gpu["uuid"] = _text(pynvml.nvmlDeviceGetUUID(handle))
+    gpu["name"] = _query_text(pynvml.nvmlDeviceGetName, handle)
+    gpu["uuid"] = _query_text(pynvml.nvmlDeviceGetUUID, handle)
     pci = pynvml.nvmlDeviceGetPciInfo(handle)
     gpu["pci_bus_id"] = _text(getattr(pci, "busId", None) or getattr(pci, "busIdLegacy", None))
     major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
@@ -368,10 +405,12 @@ def read_snapshot(pynvml):
     NvmlUnavailable when the host-wide queries fail.
     """
     try:
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        driver = _query_text(pynvml.nvmlSystemGetDriverVersion)
         count = int(pynvml.nvmlDeviceGetCount())
     except pynvml.NVMLError as exc:
         raise _unavailable(pynvml, exc)
+    except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+        raise _unexpected(exc)
     cuda = None
     for fname in ("nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"):
         fn = getattr(pynvml, fname, None)
@@ -380,10 +419,10 @@ def read_snapshot(pynvml):
         try:
             cuda = int(fn())
             break
-        except pynvml.NVMLError:
+        except (pynvml.NVMLError, TypeError, ValueError, OverflowError):
             continue
     try:
-        nvml_version = _text(pynvml.nvmlSystemGetNVMLVersion())
+        nvml_version = _query_text(pynvml.nvmlSystemGetNVMLVersion)
     except (pynvml.NVMLError, AttributeError):
         nvml_version = None
     gpus = []
@@ -392,8 +431,11 @@ def read_snapshot(pynvml):
     for index in range(count):
         try:
             gpus.append(_read_gpu(pynvml, index, names))
-        except pynvml.NVMLError as exc:
-            err = _unavailable(pynvml, exc, index, count)
+        except (pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+            if isinstance(exc, pynvml.NVMLError):
+                err = _unavailable(pynvml, exc, index, count)
+            else:
+                err = _unexpected(exc, index, count)
             gpu = _empty_gpu(index)
             gpu["error"] = {"name": err.name, "text": err.text}
             gpus.append(gpu)
@@ -680,6 +722,42 @@ def collect(expect=None, timeout=0, interval=2.0, pynvml=None, clock=time.monoto
         result["nvml_error"] = exc.to_dict()
     result["expectation_met"] = bool(result["nvml_available"] and not result["mismatches"])
     result["waited"] = round(clock() - start, 2)
+    return result
+
+
+def collect_bounded(expect=None, timeout=0, interval=2.0, call_timeout=60, pynvml=None, clock=time.monotonic,
+                    sleep=time.sleep):
+    """:func:`collect` in a daemon thread, given TIMEOUT + CALL_TIMEOUT seconds in all.
+
+    NVML calls cannot be interrupted; when they do not return in time (a hung
+    driver), the thread is left behind (it ends with the process) and the
+    result says NVML_TIMEOUT. Any exception of the reading becomes an
+    NVML_UNEXPECTED error in the result, never a traceback.
+    """
+    box = {}
+
+    def work():
+        try:
+            box["result"] = collect(expect=expect, timeout=timeout, interval=interval, pynvml=pynvml, clock=clock,
+                                    sleep=sleep)
+        except Exception as exc:  # pylint: disable=broad-except
+            box["error"] = exc
+
+    limit = max(0.0, float(timeout or 0)) + float(call_timeout)
+    started = time.monotonic()
+    worker = threading.Thread(target=work, name="nvml-read", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if "result" in box:
+        return box["result"]
+    result = _empty_result()
+    if "error" in box:
+        result["nvml_error"] = _unexpected(box["error"]).to_dict()
+    else:
+        err = NvmlUnavailable("NVML_TIMEOUT", "NVML did not answer within %s s (call_timeout %s s after timeout %s s)"
+                              % (round(limit, 1), call_timeout, timeout or 0))
+        result["nvml_error"] = err.to_dict()
+    result["waited"] = round(time.monotonic() - started, 2)
     return result
 
 

@@ -38,6 +38,13 @@ options:
       - Seconds between two checks while waiting.
     type: float
     default: 2.0
+  call_timeout:
+    description:
+      - Seconds NVML may take to answer, on top of O(timeout). NVML calls cannot be interrupted, so a hung driver
+        (a GPU fallen off the bus) would hang the task; past this limit the module stops waiting and reports
+        RV(nvml_error.name=NVML_TIMEOUT) as NVML being unavailable (see O(fail_when_unavailable)).
+    type: int
+    default: 60
   fail_when_unavailable:
     description:
       - What to do when NVML cannot be used (nvidia-ml-py missing, C(libnvidia-ml.so.1) missing, driver not loaded,
@@ -75,6 +82,8 @@ notes:
     it is not in O(expect.gpus), because a host with a lost GPU must not be put back into service.
   - Processes whose name cannot be read (another user's process without become) have RV(gpus[].processes[].name)
     V(null).
+  - Text from NVML (GPU and process names, versions) that is not valid UTF-8 or holds control characters is returned
+    with those bytes as backslash escapes (C(\xff)), never as an error.
 requirements:
   - Python 3.10 or newer on the managed host.
   - nvidia-ml-py (the C(pynvml) module) on the managed host.
@@ -155,7 +164,9 @@ nvml_error:
     name:
       description:
         - The NVML error constant, for example C(NVML_ERROR_DRIVER_NOT_LOADED) or C(NVML_ERROR_LIBRARY_NOT_FOUND), or
-          C(PYNVML_NOT_INSTALLED) when nvidia-ml-py is missing.
+          C(PYNVML_NOT_INSTALLED) when nvidia-ml-py is missing, C(NVML_TIMEOUT) when NVML did not answer within
+          O(timeout) + O(call_timeout) seconds, C(NVML_UNEXPECTED) when pynvml answered with something that cannot be
+          read.
       type: str
     text:
       description: The error text NVML gives for it, for example C(Driver Not Loaded).
@@ -332,7 +343,7 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
-    collect,
+    collect_bounded,
     expect_argument_spec,
     expectation_given,
     failure_message,
@@ -347,6 +358,7 @@ def main():
             expect=expect_argument_spec(),
             timeout=dict(type="int", default=0),
             interval=dict(type="float", default=2.0),
+            call_timeout=dict(type="int", default=60),
             fail_when_unavailable=dict(type="bool", default=True),
             register_facts=dict(type="bool", default=False),
         ),
@@ -358,13 +370,16 @@ def main():
     problems = validate_expect(expect)
     if params["timeout"] < 0:
         problems.append("timeout must be 0 (check once) or a number of seconds; got %d" % params["timeout"])
+    if params["call_timeout"] < 1:
+        problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
     if params["interval"] <= 0:
         problems.append("interval must be a positive number of seconds; got %s" % params["interval"])
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.nvml_vram: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
-    result = collect(expect=expect, timeout=params["timeout"], interval=params["interval"])
+    result = collect_bounded(expect=expect, timeout=params["timeout"], interval=params["interval"],
+                             call_timeout=params["call_timeout"])
     if params["register_facts"]:
         result["ansible_facts"] = {"gpufleet_gpus": gpu_facts(result)}
 
