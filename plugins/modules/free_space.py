@@ -15,8 +15,9 @@ version_added: 0.1.0
 description:
   - Measures the filesystem that holds O(path), or would hold it when it does not exist yet (its nearest existing
     ancestor is measured), with C(statvfs). When that ancestor is not a directory (O(path) lies below a regular
-    file, for example), the module fails and names it, since O(path) could never be created. Works for every filesystem type, including overlay, tmpfs, ZFS and NFS,
-    unlike the mount facts of M(ansible.builtin.setup), which list only block devices.
+    file, for example), the module fails and names it, since O(path) could never be created.
+  - Works for every filesystem type, including overlay, tmpfs, ZFS and NFS, unlike the mount facts of
+    M(ansible.builtin.setup), which list only block devices.
   - With O(min_free_mib), fails before anything is written when less space is free, with a message that says where,
     how much and what to do.
   - The module only reads. It never changes anything (C(changed=false)).
