@@ -134,7 +134,9 @@ notes:
     V(follow) when it could not look everywhere."
   - When writing a file fails after other files were written, the failure result lists in RV(files) the files
     already written (RV(files[].written)) and the backups made (RV(files[].backup_file)), the failing one included.
-  - Keys with the same name (duplicate keys) are all removed.
+  - Keys with the same name (duplicate keys) are all removed. A key repeated in one object with values of different
+    kinds (an object, then a number) is refused when a key to remove lies inside one of them, because a JSON reader
+    keeps only the last one; the message names both places.
 requirements:
   - Python 3.10 or newer on the managed host (standard library only).
 seealso:
