@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import threading
 
 MIB = 1024 * 1024
 
@@ -22,6 +23,17 @@ class PathCannotExist(ValueError):
         super(PathCannotExist, self).__init__(
             "%s cannot exist: %s is %s, not a directory, so nothing can be created below it"
             % (shown(path), shown(blocker), kind))
+
+
+class NoAnswer(Exception):
+    """The filesystem did not answer in time (a hung network mount)."""
+
+    def __init__(self, path, timeout):
+        self.path = path
+        self.timeout = timeout
+        super(NoAnswer, self).__init__(
+            "the filesystem that would hold %s did not answer within %s s (a hung network mount, NFS or FUSE?)"
+            % (shown(path), timeout))
 
 
 def shown(path):
@@ -66,7 +78,7 @@ def mount_point(path):
     return path
 
 
-def free_space(path, statvfs=os.statvfs):
+def free_space(path, statvfs=None):
     """Space on the filesystem that would hold PATH, as a dict.
 
     free_mib is what an unprivileged user may still write (f_bavail, as df
@@ -74,7 +86,7 @@ def free_space(path, statvfs=os.statvfs):
     that was measured; mount its mount point.
     """
     checked = nearest_existing(path)
-    st = statvfs(checked)
+    st = (statvfs or os.statvfs)(checked)
     frsize = st.f_frsize or st.f_bsize
     return {
         "path": shown(path),
@@ -84,3 +96,27 @@ def free_space(path, statvfs=os.statvfs):
         "free_mib": (st.f_bavail * frsize) // MIB,
         "total_mib": (st.f_blocks * frsize) // MIB,
     }
+
+
+def free_space_bounded(path, timeout, statvfs=None):
+    """free_space(PATH) in a daemon thread; NoAnswer when it takes more than TIMEOUT seconds.
+
+    A stat of a hung network mount cannot be interrupted: the thread is left
+    behind (it ends with the process).
+    """
+    box = {}
+
+    def work():
+        try:
+            box["result"] = free_space(path, statvfs=statvfs)
+        except Exception as exc:  # pylint: disable=broad-except
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="free-space", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if "error" in box:
+        raise box["error"]
+    if "result" not in box:
+        raise NoAnswer(path, timeout)
+    return box["result"]

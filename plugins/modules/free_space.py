@@ -35,6 +35,12 @@ options:
     description: What the space is for, in words, used in the failure message.
     type: str
     default: this task
+  timeout:
+    description:
+      - Seconds the filesystem may take to answer. A hung network mount (NFS, FUSE) would hang the task; past this
+        limit the module fails and says so.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -108,7 +114,7 @@ total_mib:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import PathCannotExist, free_space, shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import NoAnswer, PathCannotExist, free_space_bounded, shown
 
 
 def main():
@@ -117,6 +123,7 @@ def main():
             path=dict(type="path", required=True),
             min_free_mib=dict(type="int", default=0),
             purpose=dict(type="str", default="this task"),
+            timeout=dict(type="int", default=30),
         ),
         supports_check_mode=True,
     )
@@ -125,8 +132,13 @@ def main():
         module.fail_json(msg="path must be absolute, got %r." % (path,))
     if module.params["min_free_mib"] < 0:
         module.fail_json(msg="min_free_mib must be 0 or more, got %d." % module.params["min_free_mib"])
+    if module.params["timeout"] < 1:
+        module.fail_json(msg="timeout must be at least 1 second, got %d." % module.params["timeout"])
     try:
-        result = free_space(path)
+        result = free_space_bounded(path, module.params["timeout"])
+    except NoAnswer as exc:
+        module.fail_json(msg="Could not measure the free space: %s. Check the mount (mount, dmesg). Nothing was changed."
+                             % to_native(exc), changed=False, path=shown(path))
     except PathCannotExist as exc:
         module.fail_json(msg="%s. Point path at a directory. Nothing was changed." % to_native(exc),
                          changed=False, path=shown(path), blocker=shown(exc.blocker))

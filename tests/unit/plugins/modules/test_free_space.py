@@ -9,6 +9,8 @@ __metaclass__ = type
 
 import json
 import os
+import threading
+import time
 
 import pytest
 
@@ -90,3 +92,23 @@ def test_a_regular_file_itself_is_measured(run, tmp_path):
     (tmp_path / "f").write_text("x")
     code, result = run({"path": str(tmp_path / "f")})
     assert code == 0 and result["exists"] is True and result["checked"] == str(tmp_path / "f")
+
+
+def test_a_hung_filesystem_fails_at_the_timeout(run, tmp_path, monkeypatch):
+    release = threading.Event()
+
+    def hung_statvfs(path):
+        release.wait(20)
+        return os.statvfs(path)
+
+    monkeypatch.setattr(os, "statvfs", hung_statvfs)
+    try:
+        started = time.monotonic()
+        code, result = run({"path": str(tmp_path / "envs"), "timeout": 1})
+        assert time.monotonic() - started < 3
+    finally:
+        release.set()
+    assert code == 1 and result["changed"] is False
+    assert result["msg"] == ("Could not measure the free space: the filesystem that would hold %s did not answer within "
+                             "1 s (a hung network mount, NFS or FUSE?). Check the mount (mount, dmesg). Nothing was "
+                             "changed." % (tmp_path / "envs"))
