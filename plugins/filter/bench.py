@@ -53,7 +53,7 @@ def bench_prompts(concurrency, minimum=8, per_concurrency=2, per_level=None):
     try:
         level = int(concurrency)
         minimum, per_concurrency = int(minimum), int(per_concurrency)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise AnsibleFilterError('bench_prompts: concurrency %r, minimum %r and per_concurrency %r must be whole numbers'
                                  % (concurrency, minimum, per_concurrency))
     if per_level is not None and not isinstance(per_level, dict):
@@ -62,12 +62,12 @@ def bench_prompts(concurrency, minimum=8, per_concurrency=2, per_level=None):
     for key, value in (per_level or {}).items():
         try:
             matches = int(key) == level
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise AnsibleFilterError('bench_prompts: per_level key %r is not a concurrency level' % (key,))
         if matches:
             try:
                 return int(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise AnsibleFilterError('bench_prompts: per_level[%s] = %r is not a number of prompts' % (key, value))
     return max(minimum, level * per_concurrency)
 

@@ -164,3 +164,22 @@ def test_summary_with_mixed_key_types():
     with pytest.raises(bench.BenchResultError) as exc:
         bench.summarize([{1: 2, 'a': 3}])
     assert 'not a vllm bench serve result' in str(exc.value)
+
+
+@SETTINGS
+@given(st.one_of(scalars, st.lists(scalars, max_size=2)), st.one_of(scalars), st.one_of(scalars),
+       st.one_of(st.none(), st.dictionaries(scalars.filter(lambda v: not isinstance(v, float) or v == v), scalars, max_size=3)))
+def test_bench_prompts_raises_only_ansible_filter_errors(concurrency, minimum, per_concurrency, per_level):
+    try:
+        prompts = bench_filters.bench_prompts(concurrency, minimum, per_concurrency, per_level)
+    except AnsibleFilterError as exc:
+        assert str(exc).startswith('bench_prompts: ')
+    else:
+        assert isinstance(prompts, int)
+
+
+@pytest.mark.parametrize('args', [(float('inf'),), (1, float('inf')), (1, 8, 2, {1: float('inf')})])
+def test_bench_prompts_of_infinity_is_a_filter_error(args):
+    with pytest.raises(AnsibleFilterError) as exc:
+        bench_filters.bench_prompts(*args)
+    assert 'bench_prompts:' in str(exc.value)
