@@ -961,13 +961,34 @@ def _decode_text(data):
         return None
 
 
+#: Above this many differing lines (after the common head and tail), the
+#: matcher junks popular lines (an exact match of many repeated lines takes
+#: time cubic in their number: minutes for 2,000 lines).
+_EXACT_DIFF_LINES = 200
+#: Above this many differing lines every one of them counts as changed.
+_MAX_DIFF_LINES = 20000
+
+
 def _changed_lines(old_lines, new_lines):
-    """1-based line numbers of ``new_lines`` that are not in ``old_lines``."""
+    """1-based line numbers of ``new_lines`` that are not in ``old_lines``;
+    bounded work (see :data:`_EXACT_DIFF_LINES`, :data:`_MAX_DIFF_LINES`)."""
+    head = 0
+    limit = min(len(old_lines), len(new_lines))
+    while head < limit and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    old_mid = old_lines[head:len(old_lines) - tail]
+    new_mid = new_lines[head:len(new_lines) - tail]
+    if max(len(old_mid), len(new_mid)) > _MAX_DIFF_LINES:
+        return set(range(head + 1, head + len(new_mid) + 1))
+    exact = max(len(old_mid), len(new_mid)) <= _EXACT_DIFF_LINES
     changed = set()
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    matcher = difflib.SequenceMatcher(None, old_mid, new_mid, autojunk=not exact)
     for tag, dummy_i1, dummy_i2, j1, j2 in matcher.get_opcodes():
         if tag in ("replace", "insert"):
-            changed.update(range(j1 + 1, j2 + 1))
+            changed.update(range(head + j1 + 1, head + j2 + 1))
     return changed
 
 
@@ -1424,7 +1445,7 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     changed_lines = {}
     if wheel:
         _compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
-                       diff_max_bytes, already)
+                       diff_max_bytes, already, deadline)
 
     # -- explanations -----------------------------------------------------
     findings = []
@@ -1535,7 +1556,7 @@ def _check_startup_hooks(environment, real_site, recorded, owners, check, rescan
 
 
 def _compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
-                   diff_max_bytes, already):
+                   diff_max_bytes, already, deadline=None):
     try:
         path = find_wheel(wheel, dist_name, result["version"])
     except IntegrityError as exc:
@@ -1584,6 +1605,8 @@ def _compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_r
                 continue
             if label.startswith("../") or os.path.isabs(label):
                 continue
+            if deadline is not None:
+                deadline.check("diffing changed files against the wheel (%d done; the hashes were all checked)" % len(diffs))
             record, lines = _diff_one(zf, label, full, label, max(256, int(diff_max_bytes)))
             diffs.append(record)
             if lines is not None:

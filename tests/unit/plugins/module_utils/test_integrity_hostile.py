@@ -270,3 +270,21 @@ def test_deadline_stops_hashing_a_huge_file_midway(demo):
         integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[], timeout=0.5, workers=1)
     assert time.monotonic() - started < 4
     assert "did not finish within 0.5 seconds (timeout) and was stopped while hashing the files RECORD lists (" in str(exc.value)
+
+
+def test_diff_of_a_file_of_repeated_lines_is_quick(tmp_path):
+    # An exact line match of many repeated lines is cubic: 1,000 lines took 10 s, 1,500 half a minute.
+    lines = 1500
+    files = dict(helpers.DEMO_FILES)
+    files["demo/rep.py"] = b"x = 1\n" * lines
+    wheel = helpers.make_wheel(tmp_path, files=files)
+    root = tmp_path / "venv"
+    site = helpers.install_wheel(wheel, root)
+    with open(os.path.join(site, "demo", "rep.py"), "wb") as handle:
+        handle.write(b"".join(b"x = 1\n" if k % 2 else b"y = 2\n" for k in range(lines)))
+    started = time.monotonic()
+    result = integrity.verify(venv=str(root), dist_name="demo", uv_cache_dirs=[], wheel=wheel, diff_max_bytes=4096)
+    assert time.monotonic() - started < 5
+    assert [f["path"] for f in result["files"]["modified"]] == ["demo/rep.py"]
+    diff = result["diffs"][0]
+    assert diff["path"] == "demo/rep.py" and diff["truncated"] is True and "@@ -1,1500 +1,1500 @@" in diff["diff"]
