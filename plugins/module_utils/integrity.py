@@ -1545,11 +1545,14 @@ def _check_startup_hooks(environment, real_site, recorded, owners, check, rescan
             if not hash_text or "=" not in hash_text:
                 continue
             algorithm, dummy, encoded = hash_text.partition("=")
-            data = _read_small(full, 1 << 20)
-            if data is None or algorithm.lower() not in HASH_ALGORITHMS:
+            algorithm = algorithm.lower()
+            digest = _decode_digest(algorithm, encoded) if algorithm in _HASHERS else None
+            if digest is None:
                 continue
-            actual = _b64(hashlib.new(algorithm.lower(), data).digest())
-            if actual != encoded.rstrip("="):
+            # streamed like every other file (a large .pth is hashed whole, never read whole)
+            buf = bytearray(_CHUNK)
+            verdict = _check_file(full, None, algorithm, digest, buf, memoryview(buf))
+            if verdict[0] != "ok":
                 check.add("unowned", {"path": label, "owner": owner_entry,
                                       "reason": "start-up hook listed by %s, but its content no longer matches that RECORD" % owner_entry})
                 rescan.append((label, full, "unowned"))

@@ -288,3 +288,17 @@ def test_diff_of_a_file_of_repeated_lines_is_quick(tmp_path):
     assert [f["path"] for f in result["files"]["modified"]] == ["demo/rep.py"]
     diff = result["diffs"][0]
     assert diff["path"] == "demo/rep.py" and diff["truncated"] is True and "@@ -1,1500 +1,1500 @@" in diff["diff"]
+
+
+def test_large_pth_of_another_distribution_is_hashed_whole(demo, tmp_path):
+    root, site, record = demo
+    big = b"".join(b"# padding line %07d\n" % k for k in range(80000))     # 1.8 MiB: above the old 1 MiB read
+    other = helpers.make_wheel(tmp_path, files={"otherpkg/__init__.py": b""}, name="otherpkg", version="2.0",
+                               scripts={}, pth={"otherpkg.pth": big})
+    helpers.install_wheel(other, root)
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert result["files"]["unowned"] == [] and result["pristine"] is True
+    with open(os.path.join(site, "otherpkg.pth"), "ab") as handle:
+        handle.write(b"import dbg\n")
+    result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
+    assert [(f["path"], f["owner"]) for f in result["files"]["unowned"]] == [("otherpkg.pth", "otherpkg-2.0.dist-info")]
