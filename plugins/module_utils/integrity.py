@@ -56,7 +56,10 @@ playbook:
 * :func:`verify` - the whole check, returns the module's result dict.
 * :func:`locate_environment` - site-packages and ``bin/`` of a Python
   interpreter, a virtual environment or a site-packages directory.
-* :func:`read_record` - RECORD rows parsed and checked, malformed rows kept.
+* :func:`read_record`, :func:`parse_record` - RECORD rows parsed and
+  checked, malformed rows kept (at most :data:`RECORD_LIMIT` bytes).
+* :func:`safe_text` - any text as valid UTF-8 for a module result.
+* :class:`Deadline` - the ``timeout`` of :func:`verify`.
 * :func:`default_uv_cache_dirs`, :func:`find_wheel`,
   :func:`drift_summary` - helpers.
 * :class:`IntegrityError` - raised for input that allows no verdict at all
