@@ -189,7 +189,7 @@ def check_configs(model_dirs, files=None, symlinks="copy"):
             errors.append("%s is not a directory (the model directory is missing)" % model_dir)
             continue
         try:
-            plans = [plan_file(path, keys, required=required, symlinks=symlinks)
+            plans = [plan_file(path, keys, required=required, symlinks=symlinks, base=model_dir)
                      for path, keys, required in directory_entries(model_dir, files)]
         except JSONEditError as exc:
             errors.append(exc.msg)

@@ -337,6 +337,11 @@ def main():
         if params[name] < 1:
             module.fail_json(msg='%s must be at least 1, got %d. Nothing was run.' % (name, params[name]))
     problems = bench_sweep.argv_problems(params)
+    try:
+        params['base_url'] = vllm_api.make_base_url(base_url=params['base_url'])
+        vllm_api.check_api_key(params['api_key'])
+    except ValueError as exc:
+        problems.append(to_native(exc))
     if problems:
         module.fail_json(msg='Refusing to run vllm bench serve: %s. Nothing was run.' % '; '.join(problems))
 

@@ -209,6 +209,9 @@ time.sleep(300)
     ({'tokenizer': '/models/\x1b[31mred'}, 'tokenizer'),
     ({'api_key': 'abc\ndef'}, 'api_key holds a control character (value not shown)'),
     ({'sweep_timeout': 0}, 'sweep_timeout must be at least 1, got 0. Nothing was run.'),
+    # checked by the same code as vllm_ready's, before the readiness request (a traceback before)
+    ({'api_key': 'abc def'}, 'api_key holds a space, a control character or a non-ASCII character'),
+    ({'base_url': 'http://127.0.0.1:8000/?x=1'}, 'has a query or fragment'),
 ])
 def test_module_refuses_values_that_would_reach_the_command_line(tmp_path, server, run, extra, words):
     marker = tmp_path / 'ran'

@@ -356,3 +356,16 @@ def test_integrity_text_names_files_whole_and_counts_the_rest():
         "files: %s, vllm/a.py, vllm/b.py and 2 more" % deep)
     assert integrity_text({"pristine": True}) == "pristine"
     assert integrity_text(None, "no  vLLM\nenvironment") == "no vLLM environment"
+
+
+def test_config_behind_a_directory_link_outside_the_model_dir_is_config_drift(host, tmp_path):
+    """The audit judges a directory link as model_config does (resolved per component, not only the file)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "config.json").write_text('{"quantization_config": {"kv_cache_scheme": {"num_bits": 8}}}')
+    os.symlink(str(outside), str(host.model / "sub"))
+    rc, res = host.run(host.args(config_policy="keep", model_symlinks="refuse", model_files=[
+        {"name": "sub/config.json", "absent": ["**.kv_cache_scheme"]}]))
+    assert rc == 0
+    assert "config" in res["row"]["drift"]
+    assert "outside the model directory" in res["row"]["config_errors"][0]
