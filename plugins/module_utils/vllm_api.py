@@ -53,6 +53,7 @@ import http.client
 import io
 import ipaddress
 import json
+import math
 import re
 import reprlib
 import socket
@@ -175,7 +176,7 @@ def seconds_problem(name, value):
     """A sentence when VALUE (seconds) is NaN, infinite or more than a week (MAX_WAIT_SECONDS), else None."""
     if value is None:
         return None
-    if value != value or value in (float("inf"), float("-inf")):
+    if math.isnan(value) or math.isinf(value):
         return "%s=%s is not a number of seconds" % (name, value)
     if value > MAX_WAIT_SECONDS:
         return "%s=%s is more than a week (%d s), the longest wait there is" % (name, value, MAX_WAIT_SECONDS)

@@ -72,7 +72,7 @@ def errors(tmp_path_factory):
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
                            "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
-                          env=env, capture_output=True, text=True, timeout=300)
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     with open(os.path.join(out, "errors.json"), encoding="utf-8") as handle:
         return json.load(handle)

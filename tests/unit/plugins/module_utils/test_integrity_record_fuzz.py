@@ -29,9 +29,9 @@ FIELD = st.one_of(
     st.just("sha256=" + "A" * 43),
     st.just("sha256=" + "_" * 43 + "=="),
 )
-ROW = st.one_of(st.lists(FIELD, max_size=5).map(lambda fields: ",".join(fields)),
+ROW = st.one_of(st.lists(FIELD, max_size=5).map(",".join),
                 st.tuples(FIELD, FIELD, FIELD).map(",".join))
-RECORD_TEXT = st.lists(ROW, max_size=8).map(lambda rows: "\n".join(rows))
+RECORD_TEXT = st.lists(ROW, max_size=8).map("\n".join)
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
