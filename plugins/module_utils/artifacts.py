@@ -34,9 +34,11 @@ DEFAULT_PATHS = ('/tmp',)
 # directories never scanned: the root, the system's own trees and the kernel's pseudo file systems
 FORBIDDEN_DIRECTORIES = ('/', '/proc', '/sys', '/dev', '/etc', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64',
                          '/libx32', '/boot', '/run', '/var/lib')
-# ... and nothing below these either
+# ... and nothing below these either (a recursive scan does not enter them)
 FORBIDDEN_TREES = ('/proc', '/sys', '/dev', '/etc', '/usr', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32',
-                   '/boot')
+                   '/boot', '/run', '/var/lib')
+# ... except these, where dumps are written (the shared-memory tmpfs)
+ALLOWED_TREES = ('/dev/shm',)
 LIST_LIMIT = 1000
 # bounds of one scan: directory entries read in all, levels of subdirectories even without max_depth
 MAX_ENTRIES = 100000
@@ -125,8 +127,11 @@ def _system_directory(path):
     """The refused system directory that path is or lies in, or None."""
     if path in FORBIDDEN_DIRECTORIES:
         return path
+    for tree in ALLOWED_TREES:
+        if path == tree or path.startswith(tree + '/'):
+            return None
     for tree in FORBIDDEN_TREES:
-        if path.startswith(tree + '/'):
+        if path == tree or path.startswith(tree + '/'):
             return tree
     return None
 
@@ -187,11 +192,33 @@ def pattern_literals(pattern):
     return ''.join(literals)
 
 
+def _catch_all_words(pattern):
+    """What a pattern of only * and ? (or .* / *.*) matches, in words."""
+    marks = pattern.count('?')
+    if '*' not in pattern:
+        return 'every name of %d character%s' % (marks, '' if marks == 1 else 's')
+    if marks <= 1:
+        return 'every file'
+    return 'every name of %d or more characters' % marks
+
+
+def pattern_stem(pattern):
+    """(stem, ending) of a pattern: ending is the literal tail after the last wildcard when it starts with "."
+    (a file type such as .pt or .tar.gz), else empty and stem is the whole pattern."""
+    last = max(pattern.rfind('*'), pattern.rfind('?'), pattern.rfind(']'))
+    tail = pattern[last + 1:]
+    if last >= 0 and tail.startswith('.'):
+        return pattern[:last + 1], tail
+    return pattern, ''
+
+
 def validate_pattern(pattern, option='patterns'):
     """Raise ArtifactError for a pattern that is empty, a path, or not anchored to dump-like names.
 
-    A pattern must have PATTERN_LITERALS literal characters and match none of
-    ORDINARY_NAMES; the error says which ordinary names it matched.
+    A pattern must have PATTERN_LITERALS literal characters, as many before
+    a file-type ending (``*.pem``, ``x*.tar.gz`` are refused: they name files
+    by their type, not as dumps), and match none of ORDINARY_NAMES; the error
+    says which ordinary names it matched.
     """
     if not isinstance(pattern, str) or not pattern.strip():
         raise ArtifactError('%s: an empty pattern was given; patterns are file names with wildcards such as '
@@ -209,8 +236,9 @@ def validate_pattern(pattern, option='patterns'):
         raise ArtifactError('%s: pattern %r contains ".."; it is refused so that no pattern can name a parent '
                             'directory.' % (option, shown))
     if set(pattern) <= set('*?') or pattern in ('.*', '*.*'):
-        raise ArtifactError('%s: pattern %r matches every file; give a pattern with a fixed part, such as '
-                            'embed_debug_tp*.pt.' % (option, shown))
+        raise ArtifactError('%s: pattern %r has no fixed part: it matches %s; give a pattern with a fixed part, '
+                            'such as embed_debug_tp*.pt.'
+                            % (option, shown, _catch_all_words(pattern)))
     literals = pattern_literals(pattern)
     if len(literals) < PATTERN_LITERALS:
         raise ArtifactError('%s: pattern %r has %d fixed character%s outside the wildcards (*, ?, [...]), so it '
@@ -224,6 +252,12 @@ def validate_pattern(pattern, option='patterns'):
         raise ArtifactError('%s: pattern %r also matches ordinary file names such as %s, not only debug dumps; '
                             'give a pattern anchored to the dump names, such as embed_debug_tp*.pt.'
                             % (option, shown, ', '.join(hits[:5])))
+    stem, ending = pattern_stem(pattern)
+    if ending and len(pattern_literals(stem)) < PATTERN_LITERALS:
+        raise ArtifactError('%s: pattern %r names files by their ending (%s) with fewer than %d fixed characters '
+                            'before it: it would remove nearly every such file, not only debug dumps. Put a fixed '
+                            'part of the dump\'s name before the ending, as in embed_debug_tp*.pt.'
+                            % (option, shown, safe_text(ending), PATTERN_LITERALS))
 
 
 def parse_age(value):
@@ -504,6 +538,10 @@ def scan(paths, patterns, recursive=False, max_depth=None, symlinks='remove_link
                 if not stat.S_ISDIR(mode):
                     continue
                 if max_depth is not None and depth >= max_depth:
+                    continue
+                system = _system_directory(full)
+                if system is not None:
+                    skip(full, 'a system directory (%s); never scanned' % safe_text(system))
                     continue
                 if depth >= depth_limit:
                     raise ArtifactError('the scan stopped at %s: it is more than %d levels of subdirectories below '

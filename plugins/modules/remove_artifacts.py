@@ -23,13 +23,15 @@ description:
   - Inputs that could escape are refused before anything is looked at; relative directories, directories containing
     C(..), directories that resolve through a symbolic link, system directories (C(/), C(/etc), C(/usr), C(/bin),
     C(/sbin), C(/lib), C(/lib32), C(/lib64), C(/libx32), C(/boot), C(/dev), C(/proc), C(/sys), C(/run),
-    C(/var/lib)) and any directory below C(/etc), C(/usr), C(/bin), C(/sbin), the C(/lib) ones, C(/boot), C(/dev),
-    C(/proc) or C(/sys), judged on the path as given and as resolved; patterns that are absolute, contain C(/) or
-    C(..), or are not anchored to dump names.
-  - A pattern is anchored when it has at least 3 fixed characters outside C(*), C(?) and C([...]) and matches none of
-    a list of ordinary names (C(passwd), C(config.json), C(a), C(.bashrc), C(model.safetensors), C(libfoo.so.1),
-    C(README), C(model.pt), ...). So C(*), C(*[!.]*) or C(*.json) are refused, and the error names the ordinary files
-    the pattern matched.
+    C(/var/lib)) and any directory below C(/etc), C(/usr), C(/bin), C(/sbin), the C(/lib) ones, C(/boot), C(/dev)
+    (except C(/dev/shm)), C(/proc), C(/sys), C(/run) or C(/var/lib), judged on the path as given and as resolved; a
+    recursive scan does not enter them either (they are listed in RV(skipped)). Patterns that are absolute, contain
+    C(/) or C(..), or are not anchored to dump names are refused.
+  - A pattern is anchored when it has at least 3 fixed characters outside C(*), C(?) and C([...]), at least 3 of them
+    before a file-type ending (C(*.pem), C(*.gguf) or C(x*.tar.gz) name files by their type, not as dumps), and
+    matches none of a list of ordinary names (C(passwd), C(config.json), C(a), C(.bashrc), C(model.safetensors),
+    C(libfoo.so.1), C(README), C(model.pt), ...). So C(*), C(*[!.]*), C(*.pt) or C(*.json) are refused, and the error
+    says why (the ordinary files the pattern matched, or the ending).
   - Names that are not UTF-8 are shown in the result with the odd bytes escaped (C(dump\xff_tp0.pt)).
   - Files held open by a running process are found through C(/proc/<pid>/fd) and reported (see O(in_use)).
 options:

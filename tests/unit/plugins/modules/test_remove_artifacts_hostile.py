@@ -233,13 +233,48 @@ def test_default_and_role_patterns_are_accepted():
 
 
 @pytest.mark.parametrize('path', ['/etc', '/usr', '/usr/lib', '/usr/local/share', '/etc/ssl', '/boot', '/boot/efi',
-                                  '/bin', '/sbin', '/lib', '/lib64', '/run', '/var/lib', '/dev/shm', '/sys/kernel',
+                                  '/bin', '/sbin', '/lib', '/lib64', '/run', '/var/lib', '/sys/kernel', '/dev',
+                                  '/var/lib/dpkg', '/run/systemd',
                                   '/proc/1', '/etc/'])
 def test_system_directories_are_refused(tmp_path, run, path):
     rc, result = run({'paths': [path]})
     assert rc == 1
     assert "paths: directory %r is refused" % path in result['msg'], result['msg']
     assert 'system directory' in result['msg']
+
+
+def test_shared_memory_is_a_dump_directory_not_a_system_one():
+    """/dev/shm is where dumps are written on many hosts: it is accepted although /dev is refused."""
+    assert artifacts.validate_directory('/dev/shm') == '/dev/shm'
+
+
+@pytest.mark.parametrize('pattern', ['*.pem', '*.key', '*.gguf', '*.tar.gz', 'x*.whl', '[!.]*.conf', '??*.yaml'])
+def test_patterns_that_name_files_by_their_type_are_refused(tmp_path, run, pattern):
+    top = tmp_path / 'types'
+    top.mkdir()
+    names = ('ca.pem', 'host.key', 'kimi.gguf', 'weights.tar.gz', 'xformers.whl', 'app.conf', 'abc.yaml')
+    for name in names:
+        (top / name).write_text(name)
+    rc, result = run({'paths': [str(top)], 'patterns': [pattern]})
+    assert rc == 1
+    assert 'names files by their ending' in result['msg'], result['msg']
+    assert sorted(os.listdir(str(top))) == sorted(names)
+
+
+def test_a_recursive_scan_does_not_enter_a_system_directory(tmp_path, run, monkeypatch):
+    """Scanning a parent of a system tree (/var holds /var/lib) skips that tree, with the reason."""
+    top = tmp_path / 'var'
+    (top / 'lib' / 'dpkg').mkdir(parents=True)
+    (top / 'lib' / 'dpkg' / 'embed_debug_tp0.pt').write_text('system')
+    (top / 'tmp').mkdir()
+    (top / 'tmp' / 'embed_debug_tp1.pt').write_text('dump')
+    monkeypatch.setattr(artifacts, 'FORBIDDEN_TREES', artifacts.FORBIDDEN_TREES + (str(top / 'lib'),))
+    rc, result = run({'paths': [str(top)], 'patterns': ['embed_debug_tp*.pt'], 'recursive': True})
+    assert rc == 0, result
+    assert result['count'] == 1 and [f['path'] for f in result['removed']] == [str(top / 'tmp' / 'embed_debug_tp1.pt')]
+    assert (top / 'lib' / 'dpkg' / 'embed_debug_tp0.pt').exists()
+    assert {'path': str(top / 'lib'), 'reason': 'a system directory (%s); never scanned' % (top / 'lib')} \
+        in result['skipped']
 
 
 def test_link_to_a_system_directory_is_refused_as_such(tmp_path, run):
