@@ -32,6 +32,7 @@ import os
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import command_failure, timed_out
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     failure_message,
     journal_tail,
@@ -127,7 +128,9 @@ def _round(seconds):
 class Cutover(object):
     """One downtime window.
 
-    ``run_command``: AnsibleModule.run_command (argv lists, never a shell).
+    ``run_command``: ``(argv) -> (rc, out, err)``, argv lists, never a shell;
+    the module gives bounded.runner (each call killed at its time limit).
+    ``read_command``: the same for systemctl show and journalctl (None: ``run_command``).
     ``client``: a vllm_api.VllmClient, or None for no readiness gate.
     ``vram``: None (no NVML checks) or a dict with ``count``,
     ``stopped_max_used_mib``, ``free_timeout``, ``loaded_min_used_mib``
@@ -138,8 +141,10 @@ class Cutover(object):
 
     def __init__(self, run_command, systemctl, journalctl, unit, link=None, link_target=None, previous_link=None,
                  previous_link_target=None, daemon_reload=False, client=None, ready=None, vram=None, journal_lines=30,
-                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep):
+                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep, read_command=None):
         self.run_command = run_command
+        # systemctl show and journalctl (only reads): a shorter limit than stop and start, when given
+        self.read_command = read_command or run_command
         self.systemctl = systemctl
         self.journalctl = journalctl
         self.unit = unit
@@ -174,7 +179,7 @@ class Cutover(object):
         self.result["failed_step"] = step
         if self.t0 is not None:
             self.result["phases"]["total"] = self._since(self.t0)
-        lines = journal_tail(self.run_command, self.journalctl, self.unit, self.journal_lines) if journal else []
+        lines = journal_tail(self.read_command, self.journalctl, self.unit, self.journal_lines) if journal else []
         if journal:
             self.result["journal"] = lines
         where = []
@@ -189,11 +194,17 @@ class Cutover(object):
             msg += "\nLast %d lines of the journal of %s:\n%s" % (len(lines), self.unit, "\n".join(lines))
         raise CutoverFailed(msg, self.result)
 
-    def _systemctl(self, verb):
+    def _systemctl(self, step, verb):
+        """systemctl VERB of the unit; on a failure (or a call killed at its time limit) _fail(STEP)."""
         argv = [self.systemctl, verb]
         if verb != "daemon-reload":
             argv += ["--", self.unit]
-        return self.run_command(argv)
+        rc, dummy, err = self.run_command(argv)
+        if rc != 0:
+            msg = command_failure(argv, rc, err)
+            if timed_out(rc, err) and verb == "start":
+                msg += " (systemd may still be starting it: see 'systemctl status %s')" % self.unit
+            self._fail(step, msg + ".", journal=verb != "daemon-reload")
 
     def _wait_gpus(self, step, expect, timeout):
         res = self.collect(expect=expect, timeout=timeout, interval=self.vram.get("interval", 0.5))
@@ -227,7 +238,7 @@ class Cutover(object):
         In check mode a unit that does not exist yet is no failure (an
         earlier task would have rendered it); ``warnings`` says so.
         """
-        state = unit_state(self.run_command, self.systemctl, self.unit)
+        state = unit_state(self.read_command, self.systemctl, self.unit)
         if not state:
             self._fail("unit", "systemctl cannot read the unit %s; nothing was stopped." % self.unit)
         if check_mode and state.get("LoadState") == "not-found":
@@ -258,10 +269,7 @@ class Cutover(object):
         phases = result["phases"]
 
         mark = self.clock()
-        rc, dummy, err = self._systemctl("stop")
-        if rc != 0:
-            self._fail("stop", "systemctl stop %s failed (exit %d): %s" % (self.unit, rc, (err or "").strip()),
-                       journal=True)
+        self._systemctl("stop", "stop")
         result["stopped"] = True
         phases["stop"] = self._since(mark)
 
@@ -286,22 +294,17 @@ class Cutover(object):
             phases["switch"] = self._since(mark)
 
         if self.daemon_reload:
-            rc, dummy, err = self._systemctl("daemon-reload")
-            if rc != 0:
-                self._fail("daemon_reload", "systemctl daemon-reload failed (exit %d): %s" % (rc, (err or "").strip()))
+            self._systemctl("daemon_reload", "daemon-reload")
 
         mark = self.clock()
-        rc, dummy, err = self._systemctl("start")
-        if rc != 0:
-            self._fail("start", "systemctl start %s failed (exit %d): %s" % (self.unit, rc, (err or "").strip()),
-                       journal=True)
+        self._systemctl("start", "start")
         result["started"] = True
         started_at = self.clock()
         phases["start"] = _round(started_at - mark)
 
         if self.client is not None:
             def watch():
-                return unit_stopped_reason(self.unit, unit_state(self.run_command, self.systemctl, self.unit))
+                return unit_stopped_reason(self.unit, unit_state(self.read_command, self.systemctl, self.unit))
             ready = wait_ready(self.client, watch=watch, clock=self.clock, sleep=self.sleep, **self.ready)
             ready.pop("once", None)
             timeout = ready.pop("timeout", None)

@@ -70,6 +70,16 @@ options:
       - Whether to wait for the readiness gate after the start. Without it, the downtime ends at the start.
     type: bool
     default: true
+  systemctl_timeout:
+    description:
+      - The most seconds one C(systemctl stop), C(systemctl start) or C(systemctl daemon-reload) may take. A call
+        that takes longer is killed (with whatever it started), and the module fails at that step, saying what was
+        already done (for example the unit stopped and the link switched, not started).
+      - C(systemctl show) and C(journalctl) only read; each is given at most 30 s, or O(systemctl_timeout) when that
+        is less.
+      - Leave room for the unit's C(TimeoutStopSec) (90 s by default) for the stop.
+    type: int
+    default: 300
   timeout:
     description:
       - Seconds to wait, from the start, until the server is ready (the model load). A 1T-parameter model can take 10
@@ -138,6 +148,8 @@ notes:
     so the O(api_key) never goes elsewhere. O(base_url), O(host) and O(api_key) with spaces, control characters or
     non-ASCII characters are refused before anything is stopped, and so are times that are not a number, infinite
     or longer than a week (604800 s).
+  - Every C(systemctl) and C(journalctl) call is bounded (O(systemctl_timeout), 30 s for the reads) and killed with
+    its process group at the limit; at most the last 1 MiB of its output is read.
   - The module does not undo a failed restart; a playbook's C(rescue) decides what to do (the C(gpufleet.vllm.rollout)
     playbook switches back to the previous environment and starts it).
   - Run it with the interpreter of the C(gpufleet.vllm.host_tools) venv when O(vram) is given (nvidia-ml-py).
@@ -300,6 +312,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 from ansible_collections.gpufleet.vllm.plugins.module_utils.cutover import (
     Cutover,
     CutoverFailed,
@@ -316,6 +329,9 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
 
 def _bad_numbers(params):
     problems = []
+    if params["systemctl_timeout"] < 1:
+        problems.append("systemctl_timeout=%s must be 1 second or more" % params["systemctl_timeout"])
+    problems.append(seconds_problem("systemctl_timeout", params["systemctl_timeout"]))
     for name in ("timeout", "journal_lines"):
         if params[name] < 0:
             problems.append("%s=%s is negative; give 0 or more" % (name, params[name]))
@@ -348,6 +364,7 @@ def main():
             previous_link_target=dict(type="path"),
             daemon_reload=dict(type="bool", default=False),
             ready=dict(type="bool", default=True),
+            systemctl_timeout=dict(type="int", default=300),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=1.0),
             max_response_bytes=dict(type="int", default=4194304),
@@ -391,13 +408,15 @@ def main():
     if systemctl is None:
         module.fail_json(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
                          % unit, failed_step="unit", **untouched)
+    limit = params["systemctl_timeout"]
     cutover = Cutover(
-        module.run_command, systemctl, module.get_bin_path("journalctl"), unit,
+        bounded.runner(limit), systemctl, module.get_bin_path("journalctl"), unit,
         link=params["link"], link_target=params["link_target"], previous_link=params["previous_link"],
         previous_link_target=params["previous_link_target"], daemon_reload=params["daemon_reload"], client=client,
         ready=dict(served_model_name=params["served_model_name"], timeout=params["timeout"],
                    interval=params["interval"], completion=params["completion"], prompt=params["prompt"]),
-        vram=params["vram"], journal_lines=params["journal_lines"])
+        vram=params["vram"], journal_lines=params["journal_lines"],
+        read_command=bounded.runner(min(limit, bounded.READ_TIMEOUT)))
 
     try:
         cutover.prepare(check_mode=module.check_mode)
