@@ -65,7 +65,11 @@ def _word_text(value, what):
             "(for example '1', 'true' or '--flag')" % (what, value))
     if isinstance(value, (dict, list, tuple, set)):
         raise AnsibleFilterError("%s is a %s, not a single word: %r" % (what, type(value).__name__, value))
-    return to_text(value, errors="surrogate_or_strict")
+    text = to_text(value, errors="surrogate_or_strict")
+    if "\x00" in text:
+        raise AnsibleFilterError("%s holds a NUL character (U+0000) at character %d of %s: systemd refuses it and no "
+                                 "program argument can carry one" % (what, text.index("\x00") + 1, shown(text)))
+    return text
 
 
 def _escape(text, dollar):

@@ -18,19 +18,22 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.vllm.plugins.module_utils import safetext
 
 
-def value_problems(values, options=None):
-    """The problems of a dict of variable name -> value (control characters; option-like words in options)."""
+def value_problems(values, options=None, quoted=None):
+    """The problems of a dict of variable name -> value (control characters; option-like words in options;
+    only NUL in the strings of quoted)."""
     if not isinstance(values, dict):
         raise AnsibleFilterError("value_problems needs a dict of variable name -> value, got %s" % type(values).__name__)
-    if options is None:
-        options = []
-    if isinstance(options, str) or not isinstance(options, (list, tuple)):
-        raise AnsibleFilterError("value_problems: options must be a list of variable names, got %r" % (options,))
-    unknown = [name for name in options if name not in values]
-    if unknown:
-        raise AnsibleFilterError("value_problems: options names %s, which are not among the values checked"
-                                 % ", ".join(sorted(unknown)))
-    return safetext.value_problems(values, options=options)
+    names = {}
+    for label, given in (("options", options), ("quoted", quoted)):
+        given = [] if given is None else given
+        if isinstance(given, str) or not isinstance(given, (list, tuple)):
+            raise AnsibleFilterError("value_problems: %s must be a list of variable names, got %r" % (label, given))
+        unknown = [name for name in given if name not in values]
+        if unknown:
+            raise AnsibleFilterError("value_problems: %s names %s, which are not among the values checked"
+                                     % (label, ", ".join(sorted(unknown))))
+        names[label] = given
+    return safetext.value_problems(values, options=names["options"], quoted=names["quoted"])
 
 
 class FilterModule(object):

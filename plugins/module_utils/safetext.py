@@ -48,22 +48,32 @@ def describe_control(text, name, rule="a value that goes into a systemd unit mus
     return "%s holds %s (U+%04X) at character %d of %s: %s" % (name, what, ord(char), index + 1, shown(text), rule)
 
 
-def value_problems(values, options=(), rule="a value that reaches a file, a unit or a command line must be printable text"):
+def value_problems(values, options=(), quoted=(),
+                   rule="a value that reaches a file, a unit or a command line must be printable text"):
     """The problems of named values, one message each, naming the variable (and the item inside it).
 
     values: a dict of variable name -> value (strings, numbers, lists and
     dicts of them). Every string, every list item and every dict key and value
     must be free of control characters. Names in options are words of a
     command line that must not be read as an option: none of their strings
-    (or list items) may start with "-".
+    (or list items) may start with "-". Names in quoted are rendered quoted
+    with escapes (ExecStart= words, Environment= values): their strings may
+    hold line breaks and tabs, only a NUL is refused (no argument can carry
+    one); their dict keys are checked in full.
     """
     problems = []
 
-    def walk(path, value, as_word):
+    def walk(path, value, as_word, escaped=False):
         if isinstance(value, bytes):
             value = value.decode("utf-8", "backslashreplace")
         if isinstance(value, str):
-            problem = describe_control(value, path, rule)
+            if escaped:
+                problem = None
+                if u"\x00" in value:
+                    problem = ("%s holds a NUL character (U+0000) at character %d of %s: no program argument or "
+                               "environment value can carry one" % (path, value.index(u"\x00") + 1, shown(value)))
+            else:
+                problem = describe_control(value, path, rule)
             if problem:
                 problems.append(problem)
             elif as_word and value.startswith("-"):
@@ -76,11 +86,11 @@ def value_problems(values, options=(), rule="a value that reaches a file, a unit
                 if problem:
                     problems.append(problem)
                 else:
-                    walk("%s.%s" % (path, key_text), value[key], as_word)
+                    walk("%s.%s" % (path, key_text), value[key], as_word, escaped)
         elif isinstance(value, (list, tuple)):
             for index, item in enumerate(value):
-                walk("%s[%d]" % (path, index), item, as_word)
+                walk("%s[%d]" % (path, index), item, as_word, escaped)
 
     for name in values:
-        walk(name, values[name], name in options)
+        walk(name, values[name], name in options, name in quoted)
     return problems

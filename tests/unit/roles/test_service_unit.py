@@ -36,6 +36,10 @@ CASES = {
     "unit_name_newline": {"service_model": "/models/kimi", "service_unit_name": "vllm\nx"},
     "extra_arg_newline": {"service_model": "/models/kimi", "service_extra_args": ["--max-model-len", "1\n[Unit]"]},
     "env_newline": {"service_model": "/models/kimi", "service_environment": {"HF_HOME": "/x\nExecStartPre=/bin/true"}},
+    "extra_arg_nul": {"service_model": "/models/kimi", "service_extra_args": ["--x", "1\x00"]},
+    "env_key_newline": {"service_model": "/models/kimi", "service_environment": {"A\nB": "1"}},
+    "multi_line_json": {"service_model": "/models/kimi", "service_extra_args": [
+        "--override-generation-config", '{"temperature": 0.6,\n\t"top_p": 0.95}']},
     "model_option": {"service_model": "--trust-remote-code"},
     "api_key_crlf": {"service_model": "/models/kimi", "service_api_key": "k\r\nX-Evil: 1"},
 }
@@ -181,6 +185,18 @@ def test_quoted_words_cannot_break_out_of_their_line(outcome, name):
         ("[Unit]", None), ("[Service]", None), ("[Install]", None)]
 
 
+@pytest.mark.parametrize("name", ["extra_arg_newline", "env_newline", "multi_line_json"])
+def test_quoted_words_may_hold_line_breaks(outcome, name):
+    """A multi-line JSON argument or PEM value is safe in a quoted word: the check lets it through."""
+    assert outcome(name, "check") is None
+    assert outcome(name, "render") is None
+
+
+def test_a_multi_line_argument_reaches_the_program_as_one_quoted_word(outcome):
+    unit = outcome("multi_line_json", "service")
+    assert '"{\\"temperature\\": 0.6,\\n\\t\\"top_p\\": 0.95}"' in unit
+
+
 @pytest.mark.parametrize("name, words", [
     ("model_newline", "service_model holds a line break (U+000A) at character 13"),
     ("served_name_newline", "service_served_model_name holds a line break"),
@@ -188,8 +204,8 @@ def test_quoted_words_cannot_break_out_of_their_line(outcome, name):
     ("user_tab", "service_user holds a control character (U+0009)"),
     ("workdir_newline", "service_working_directory holds a line break"),
     ("unit_name_path", "service_unit_name '../../../tmp/evil' holds characters a unit name cannot have"),
-    ("extra_arg_newline", "service_extra_args[1] holds a line break"),
-    ("env_newline", "service_environment.HF_HOME holds a line break"),
+    ("extra_arg_nul", "service_extra_args[1] holds a NUL character (U+0000) at character 2"),
+    ("env_key_newline", "service_environment (a key) holds a line break"),
     ("model_option", "service_model is '--trust-remote-code', which starts with '-'"),
     ("api_key_crlf", "service_api_key holds a line break (U+000D)"),
 ])

@@ -262,3 +262,19 @@ def test_value_problems_flags_exactly_the_values_that_could_break_a_line(text):
         rendered = systemd_value(text, "v") if not text.endswith("\\") else None
         if rendered is not None:
             assert "\n" not in rendered and "\r" not in rendered
+
+
+def test_value_problems_lets_quoted_values_hold_line_breaks_but_not_nul():
+    values = {"args": ["--override-generation-config", '{"a": 1,\n\t"b": 2}'], "env": {"PEM": "-----BEGIN\nX\n"},
+              "bad": ["1\x00"], "keys": {"A\nB": "x"}}
+    problems = value_problems(values, quoted=["args", "env", "bad", "keys"])
+    assert len(problems) == 2
+    assert problems[0].startswith("bad[0] holds a NUL character (U+0000) at character 2")
+    assert problems[1].startswith("keys (a key) holds a line break")
+
+
+def test_exec_words_refuse_nul():
+    with pytest.raises(AnsibleFilterError, match="holds a NUL character"):
+        systemd_exec_args(["/bin/vllm", "a\x00b"])
+    with pytest.raises(AnsibleFilterError, match="holds a NUL character"):
+        systemd_environment({"A": "\x00"})
