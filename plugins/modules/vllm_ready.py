@@ -54,6 +54,12 @@ options:
         soon as the unit failed or stopped, the unit's state is returned (RV(unit_state)) and a failure message
         ends with the last O(journal_lines) lines of its journal.
     type: str
+  journal_timeout:
+    description:
+      - The most seconds the C(journalctl) call of a failure may take. At the limit it is killed with its process
+        group and the failure has no journal lines; at most the last 1 MiB of its output is read.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.vllm.vllm_server
@@ -87,7 +93,7 @@ notes:
     C(NRestarts) in RV(unit_state).
 requirements:
   - Python 3.10 or newer on the host the module runs on (standard library only).
-  - C(systemctl) and C(journalctl) when O(unit) is given.
+  - C(systemctl) and C(journalctl) when O(unit) is given (C(journalctl) bounded by O(journal_timeout)).
 seealso:
   - name: vLLM OpenAI-compatible server
     description: The HTTP API whose C(/health), C(/version), C(/v1/models) and C(/v1/completions) the module uses.
@@ -245,6 +251,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     SERVER_MUTUALLY_EXCLUSIVE,
     VllmClient,
@@ -275,6 +282,7 @@ def main():
             interval=dict(type="float", default=5.0),
             max_response_bytes=dict(type="int", default=4194304),
             unit=dict(type="str"),
+            journal_timeout=dict(type="int", default=30),
         ),
         mutually_exclusive=SERVER_MUTUALLY_EXCLUSIVE,
         supports_check_mode=True,
@@ -283,10 +291,10 @@ def main():
     for name in ("timeout", "journal_lines"):
         if params[name] < 0:
             module.fail_json(msg="%s=%s is negative; give 0 or more." % (name, params[name]))
-    for name in ("interval", "request_timeout"):
+    for name in ("interval", "request_timeout", "journal_timeout"):
         if params[name] <= 0:
             module.fail_json(msg="%s=%s must be more than 0 seconds." % (name, params[name]))
-    for name in ("timeout", "interval", "request_timeout"):
+    for name in ("timeout", "interval", "request_timeout", "journal_timeout"):
         problem = seconds_problem(name, params[name])
         if problem:
             module.fail_json(msg="%s." % problem)
@@ -326,7 +334,8 @@ def main():
             result["msg"] += " Check mode: nothing was waited for and the task does not fail."
         module.exit_json(**result)
 
-    journal = journal_tail(module.run_command, journalctl, unit, params["journal_lines"]) if unit else []
+    # journalctl bounded: killed at journal_timeout seconds, at most its last MAX_OUTPUT bytes read
+    journal = journal_tail(bounded.runner(params["journal_timeout"]), journalctl, unit, params["journal_lines"]) if unit else []
     if unit:
         result["journal"] = journal
     result["msg"] = failure_message(result, unit=unit, journal=journal,
