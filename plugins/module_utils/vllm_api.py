@@ -176,9 +176,13 @@ def seconds_problem(name, value):
     """A sentence when VALUE (seconds) is NaN, infinite or more than a week (MAX_WAIT_SECONDS), else None."""
     if value is None:
         return None
-    if math.isnan(value) or math.isinf(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        number = float("inf") if value > 0 else float("-inf")
+    if math.isnan(number) or (math.isinf(number) and isinstance(value, float)):
         return "%s=%s is not a number of seconds" % (name, value)
-    if value > MAX_WAIT_SECONDS:
+    if number > MAX_WAIT_SECONDS:
         return "%s=%s is more than a week (%d s), the longest wait there is" % (name, value, MAX_WAIT_SECONDS)
     return None
 
@@ -604,7 +608,9 @@ def wait_ready(client, served_model_name=None, timeout=900, interval=5.0, comple
             now = clock()
             record["attempts"] += 1
             try:
-                attempt(stage, max(1.0, min(client.timeout, deadline - now)) if not once else client.timeout)
+                # once (check mode) with a timeout keeps to it too; once with timeout 0 gives each request its own
+                left = deadline - now if (timeout > 0 or not once) else client.timeout
+                attempt(stage, max(1.0, min(client.timeout, left)))
             except VllmApiError as exc:
                 record["last_error"] = str(exc)
             else:

@@ -142,6 +142,17 @@ def test_a_trickling_server_is_cut_off_at_the_request_deadline(serve, behaviour)
     assert "no complete answer within 1.0 s" in str(exc.value)
 
 
+def test_one_check_keeps_to_the_timeout_against_a_trickling_server(serve):
+    """Check mode (once) against a trickling server: the timeout bounds it, not request_timeout per stage."""
+    server = serve(trickle_headers)
+    client = vllm_api.VllmClient(server.url, timeout=20.0)
+    started = time.monotonic()
+    result = vllm_api.wait_ready(client, served_model_name="m", timeout=2, once=True)
+    elapsed = time.monotonic() - started
+    assert result["ready"] is False and result["failed_stage"] == "health"
+    assert elapsed < 2 + 0.5, "one check took %.1f s, its timeout is 2 s" % elapsed
+
+
 def test_a_tls_handshake_that_trickles_is_cut_off_at_the_request_deadline():
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
