@@ -29,6 +29,8 @@ __metaclass__ = type
 
 import os
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, command_failure, runner, timed_out
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     MAX_ENTRIES,
     ArtifactError,
@@ -53,7 +55,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     PYNVML_MISSING,
     NvmlUnavailable,
-    collect,
+    collect_bounded,
     expectation_given,
     load_pynvml,
     unavailable_result,
@@ -93,15 +95,15 @@ def resolve_environment(link=None, venv=None):
     return "", "no vLLM environment named"
 
 
-def check_integrity(env, dist_name="vllm", max_list=10, run_command=None):
-    """(verify() result, problem): the RECORD verdict of ``dist_name`` in ``env``."""
+def check_integrity(env, dist_name="vllm", max_list=10, run_command=None, timeout=None):
+    """(verify() result, problem): the RECORD verdict of ``dist_name`` in ``env``, within ``timeout`` seconds."""
     if not env:
         return None, None
     if not os.path.isdir(env):
         return None, "the vLLM environment %s does not exist" % env
     try:
         environment = locate_environment(venv=env, run_command=run_command)
-        return verify(dist_name=dist_name, environment=environment, max_list=max_list), None
+        return verify(dist_name=dist_name, environment=environment, max_list=max_list, timeout=timeout), None
     except IntegrityError as exc:
         return None, str(exc)
 
@@ -159,6 +161,9 @@ def read_unit(run_command, systemctl, unit):
         state["error"] = "systemctl was not found: this host does not look like a systemd host"
         return state
     rc, out, err = run_command([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit])
+    if timed_out(rc, err):
+        state["error"] = _clip(command_failure([systemctl, "show", unit], rc, err), 600)
+        return state
     if rc != 0:
         state["error"] = _clip("systemctl show %s failed (exit status %d): %s" % (unit, rc, (err or out).strip()), 600)
         return state
@@ -169,13 +174,14 @@ def read_unit(run_command, systemctl, unit):
     return state
 
 
-def check_configs(model_dirs, files=None, symlinks="copy"):
+def check_configs(model_dirs, files=None, symlinks="copy", deadline=None):
     """Plan the SM120 edits of every model directory without writing.
 
     Returns (keys present, per-file results, errors).  A missing directory,
     a malformed file, a missing required file or a link that the policy
     refuses to edit is an error (a sentence naming the file): the sm120_config
-    role would stop on it.
+    role would stop on it.  So is a directory not planned because
+    ``deadline`` (a bounded.Deadline) passed first.
     """
     present = 0
     results = []
@@ -185,6 +191,9 @@ def check_configs(model_dirs, files=None, symlinks="copy"):
         if model_dir in seen:
             continue
         seen.append(model_dir)
+        if deadline is not None and deadline.passed():
+            errors.append("%s not planned: %s" % (model_dir, deadline.message("its configs were read")))
+            continue
         if not os.path.isdir(model_dir):
             errors.append("%s is not a directory (the model directory is missing)" % model_dir)
             continue
@@ -227,8 +236,9 @@ def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remov
     }
 
 
-def read_gpus(expect=None, venvs=()):
-    """nvml.collect() with pynvml from this interpreter or one of ``venvs``; adds ``pynvml_from``."""
+def read_gpus(expect=None, venvs=(), call_timeout=60):
+    """nvml.collect() with pynvml from this interpreter or one of ``venvs``, given ``call_timeout`` seconds;
+    adds ``pynvml_from``."""
     try:
         pynvml, where = load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
     except NvmlUnavailable as exc:
@@ -238,7 +248,7 @@ def read_gpus(expect=None, venvs=()):
         result = unavailable_result(exc)
         result["pynvml_from"] = None
         return result
-    result = collect(expect=expect, pynvml=pynvml)
+    result = collect_bounded(expect=expect, call_timeout=call_timeout, pynvml=pynvml)
     result["pynvml_from"] = where
     return result
 
@@ -262,22 +272,67 @@ def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, e
     return drift
 
 
+def _not_done(part, why):
+    return "%s: %s" % (part, why)
+
+
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
-           nvml_venvs=(), expected_version=None):
+           nvml_venvs=(), expected_version=None, deadline=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
     already validated).  ``config_policy``: ``auto`` (the keys are drift
     where a GPU is SM120), ``strip`` (always drift), ``keep`` (never).
+    ``deadline``: a bounded.Deadline for the whole run (None: 600 s).  Each
+    part gets what is left of it; a part it leaves no time for is not done,
+    and its cell of the row says so (and counts as drift); ``not_done``
+    lists those parts.  ``run_command`` runs systemctl show (None: bounded,
+    READ_TIMEOUT seconds or what is left).
     """
+    deadline = deadline or OverallDeadline(600)
+    if run_command is None:
+        run_command = runner(READ_TIMEOUT, deadline=deadline)
+    not_done = []
     env, env_problem = resolve_environment(link, venv)
-    integrity, integrity_problem = check_integrity(env, dist_name, max_list, run_command)
+    if env and deadline.passed():
+        integrity, integrity_problem = None, "not checked: %s" % deadline.message("the integrity check")
+        not_done.append(_not_done("integrity", integrity_problem))
+    else:
+        integrity, integrity_problem = check_integrity(env, dist_name, max_list, run_command,
+                                                       timeout=max(0.001, deadline.left()))
+        if integrity is None and integrity_problem and deadline.passed():
+            integrity_problem = "not checked: %s" % deadline.message("the integrity check finished")
+            not_done.append(_not_done("integrity", integrity_problem))
     integrity_problem = integrity_problem or env_problem
-    present, config_files, config_errors = check_configs(model_dirs, model_files, symlinks)
-    dump_scan = scan_dumps(**(dumps or {}))
-    unit_state = read_unit(run_command, systemctl, unit)
-    gpus = read_gpus(expect, [v for v in [env] + list(nvml_venvs or ()) if v])
+    present, config_files, config_errors = check_configs(model_dirs, model_files, symlinks, deadline=deadline)
+    not_done.extend(_not_done("config", e) for e in config_errors if " not planned: the time limit " in e)
+    dumps = dict(dumps or {})
+    if deadline.passed():
+        why = deadline.message("the dump scan")
+        dump_scan = {"count": 0, "bytes": 0, "bytes_human": "not counted: %s" % why, "files": [], "skipped": [],
+                     "error": why}
+        not_done.append(_not_done("dumps", why))
+    else:
+        left = deadline.left()
+        if not dumps.get("timeout") or left < dumps["timeout"]:
+            dumps["timeout"] = left
+        dump_scan = scan_dumps(**dumps)
+        if dump_scan.get("error") and deadline.passed():
+            not_done.append(_not_done("dumps", dump_scan["error"]))
+    if unit and systemctl and deadline.passed():
+        unit_state = {"unit": unit, "error": "not read: %s" % deadline.message("systemctl show %s" % unit)}
+        not_done.append(_not_done("unit", unit_state["error"]))
+    else:
+        unit_state = read_unit(run_command, systemctl, unit)
+    venvs = [v for v in [env] + list(nvml_venvs or ()) if v]
+    if deadline.passed():
+        why = "NVML not read: %s" % deadline.message("the GPUs were read")
+        gpus = unavailable_result(NvmlUnavailable("NVML_TIMEOUT", why))
+        gpus["pynvml_from"] = None
+        not_done.append(_not_done("gpus", why))
+    else:
+        gpus = read_gpus(expect, venvs, call_timeout=max(0.1, min(60.0, deadline.left())))
     summary = gpus.get("summary") or {}
     if config_policy == "auto":
         strip = bool(summary.get("sm120"))
@@ -298,7 +353,9 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "dumps": dump_scan["count"],
         "dumps_bytes": dump_scan["bytes_human"],
         "unit": unit or "",
-        "unit_state": unit_state.get("ActiveState") or "unknown",
+        "unit_state": unit_state.get("ActiveState") or (
+            "unknown (%s)" % unit_state["error"] if " did not answer within " in unit_state.get("error", "")
+            or unit_state.get("error", "").startswith("not read: ") else "unknown"),
         "gpus": gpus.get("gpu_count") if gpus.get("nvml_available") else None,
         "vram_used_mib": summary.get("memory_used_mib") if gpus.get("nvml_available") else None,
         "gpu_problems": ([_clip(nvml_error, 600)] if nvml_error else []) + list(gpus.get("mismatches") or []),
@@ -311,6 +368,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
             "uv_cache_tainted", "msg"))
     return {
         "changed": False,
+        "not_done": not_done,
         "row": row,
         "drift": drift,
         "environment": env,

@@ -153,9 +153,22 @@ options:
     default: 100000
   artifact_timeout:
     description:
-      - The most seconds the dump scan may take.
+      - The most seconds the dump scan may take, within O(timeout) (the scan gets the lesser of the two and what is
+        left of O(timeout)).
     type: int
     default: 300
+  timeout:
+    description:
+      - The most seconds the whole run may take. Each part gets what is left of it, in this order. The integrity check
+        (RECORD hashes), the config planning (checked before each model directory), the dump scan (also bounded by
+        O(artifact_timeout)), C(systemctl show) (at most 30 s) and NVML (at most 60 s).
+      - When the time is up, the parts not done are still a clean row. Their cells say C(not checked), C(not
+        planned), C(not counted) or C(not read) and the time limit, and they count as drift of their class. RV(not_done)
+        lists them. The task does not fail.
+      - A hung C(systemctl) is killed with its process group. An NVML call that does not return is left behind in a
+        thread that ends with the module.
+    type: int
+    default: 600
   unit:
     description:
       - The systemd unit of the vLLM server, for example V(vllm-kimi-k25.service). If it is not active, that is
@@ -185,8 +198,9 @@ attributes:
     platforms: posix
 notes:
   - The integrity check reads and hashes every file of the distribution, so it takes a second or two for a vLLM
-    wheel. This is the whole cost of the module. The dump scan is bounded by O(artifact_max_entries) and
-    O(artifact_timeout).
+    wheel. This is the whole cost of the module. The whole run is bounded by O(timeout); the dump scan also by
+    O(artifact_max_entries) and O(artifact_timeout); C(systemctl show) by 30 s (at most the last 1 MiB of its
+    output is read); NVML by 60 s.
   - O(expect) is checked once, with no waiting.
 requirements:
   - Python 3.10 or newer on the managed host.
@@ -233,6 +247,14 @@ changed:
   description: Always V(false).
   returned: always
   type: bool
+not_done:
+  description:
+    - The parts that O(timeout) left no time for (or stopped), each as the part, a colon and the reason. The part is V(integrity),
+      V(config), V(dumps), V(unit) or V(gpus). Empty when every part was done.
+  returned: always
+  type: list
+  elements: str
+  sample: ["dumps: the time limit of 600 s (timeout) passed before the dump scan"]
 row:
   description: The host's row of the fleet's drift table.
   returned: always
@@ -413,6 +435,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     safe_result,
     validate_options,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, Deadline, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import CONFIG_POLICIES, gather
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
@@ -442,6 +465,7 @@ def main():
             artifact_min_age=dict(type="str"),
             artifact_max_entries=dict(type="int", default=MAX_ENTRIES),
             artifact_timeout=dict(type="int", default=300),
+            timeout=dict(type="int", default=600),
             unit=dict(type="str"),
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
@@ -450,7 +474,10 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    deadline = Deadline(max(1, params["timeout"]))
     problems = []
+    if not 1 <= params["timeout"] <= 604800:
+        problems.append("timeout must be from 1 to 604800 seconds (got %d)." % params["timeout"])
     if params["max_list"] < 1:
         problems.append("max_list must be 1 or more (got %d)." % params["max_list"])
     try:
@@ -473,12 +500,9 @@ def main():
         module.fail_json(msg="Invalid options for gpufleet.vllm.drift_info: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
-    def run(argv):
-        return module.run_command(argv, check_rc=False)
-
     try:
         result = gather(
-            run, module.get_bin_path("systemctl") if params["unit"] else None,
+            runner(READ_TIMEOUT, deadline=deadline), module.get_bin_path("systemctl") if params["unit"] else None,
             link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
             model_dirs=params["model_dirs"], model_files=params["model_files"], symlinks=params["model_symlinks"],
             config_policy=params["config_policy"],
@@ -486,7 +510,7 @@ def main():
                        max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,
                        max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),
             unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
-            expected_version=params["expected_version"])
+            expected_version=params["expected_version"], deadline=deadline)
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(**safe_result(dict(
             msg="gpufleet.vllm.drift_info stopped on an unexpected error (%s: %s); nothing was changed, and no row "
