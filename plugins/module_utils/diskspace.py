@@ -46,7 +46,7 @@ def shown(path):
 def _kind(path):
     if os.path.isfile(path):
         return "a regular file"
-    return "not a directory (a device, socket or pipe)"
+    return "a device, socket or pipe"
 
 
 def nearest_existing(path):

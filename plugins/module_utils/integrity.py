@@ -475,23 +475,24 @@ def _parse_row(row, line, malformed):
         if _SIZE_TEXT(size_text):
             size = int(size_text)
         else:
-            malformed.append({"line": line, "path": path, "reason": "size %r is not a non-negative integer" % size_text[:40]})
+            malformed.append({"line": line, "path": path, "reason": "size '%s' is not a non-negative integer" % safe_text(size_text[:40])})
             return None
     if not hash_text:
         return RecordRow(path, None, None, size, line, "")
     algorithm, sep, encoded = hash_text.partition("=")
     if not sep or not encoded:
-        malformed.append({"line": line, "path": path, "reason": "hash %r is not of the form algorithm=digest" % hash_text[:80]})
+        malformed.append({"line": line, "path": path, "reason": "hash '%s' is not of the form algorithm=digest" % safe_text(hash_text[:80])})
         return None
     if algorithm not in _DIGEST_SIZES:
         algorithm = algorithm.lower()
         if algorithm not in _DIGEST_SIZES:
             malformed.append({"line": line, "path": path,
-                              "reason": "hash algorithm %r is not accepted (use one of %s)" % (algorithm[:20], ", ".join(HASH_ALGORITHMS))})
+                              "reason": "hash algorithm '%s' is not accepted (use one of %s)"
+                                        % (safe_text(algorithm[:20]), ", ".join(HASH_ALGORITHMS))})
             return None
     digest = _decode_digest(algorithm, encoded)
     if digest is None:
-        malformed.append({"line": line, "path": path, "reason": "digest %r is not a valid urlsafe-base64 %s digest" % (encoded[:80], algorithm)})
+        malformed.append({"line": line, "path": path, "reason": "digest '%s' is not a valid urlsafe-base64 %s digest" % (safe_text(encoded[:80]), algorithm)})
         return None
     return RecordRow(path, algorithm, digest, size, line, hash_text)
 

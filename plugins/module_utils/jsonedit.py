@@ -58,7 +58,18 @@ DEFAULT_FILES = (
 _BOM = u'\ufeff'
 _WS = re.compile(r'[ \t\n\r]*')
 _BRACKETS = re.compile(r'"(?:[^"\\]+|\\.)*"?|[\[\]{}]')  # closing quote optional: never rescans
-_DECODER = json.JSONDecoder()
+
+
+def _number(text):
+    """An integer as json reads it, or a marker for one too long for Python's int() (over 4300 digits):
+    a valid JSON number the edit keeps as written, never an error."""
+    try:
+        return int(text)
+    except ValueError:
+        return ('json number', text)
+
+
+_DECODER = json.JSONDecoder(parse_int=_number)
 
 # Bounds (documented in the model_config module).
 MAX_DEPTH = 128                 # nesting of objects and arrays
@@ -160,6 +171,9 @@ def _printable_value(value):
         return [_printable_value(v) for v in value]
     if isinstance(value, dict):
         return dict((printable(k), _printable_value(v)) for k, v in value.items())
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == 'json number':
+        digits = value[1]
+        return '%s...%s (a number of %d digits)' % (digits[:12], digits[-4:], len(digits))
     return value
 
 
@@ -257,7 +271,7 @@ def _load_pairs(text, name):
     """Parse text into nested lists (objects as lists of [key, value] pairs,
     so repeated keys all stay); raise JSONEditError with what is wrong."""
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+        return json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_number)
     except RecursionError:
         raise _too_deep(text, name, _deepest(text, MAX_DEPTH))
     except ValueError as exc:
@@ -289,7 +303,7 @@ class _Obj(list):
 def loads(text, name='<json>'):
     """json.loads that raises JSONEditError naming file, line, column and what is there."""
     _load_pairs(text, name)
-    return json.loads(text)
+    return json.loads(text, parse_int=_number)
 
 
 class _Matcher(object):
@@ -512,7 +526,7 @@ def _remove_keys(text, parsed, name):
     cuts, matches = _scan(text, matcher, name)
     if not matches:
         return text, []
-    removed = [{'key': printable(format_key_path(trail)), 'value': _printable_value(json.loads(text[start:end]))}
+    removed = [{'key': printable(format_key_path(trail)), 'value': _printable_value(json.loads(text[start:end], parse_int=_number))}
                for trail, start, end in matches]
     cuts.sort()
     pieces = []
@@ -524,7 +538,7 @@ def _remove_keys(text, parsed, name):
     new_text = ''.join(pieces)
     expected = _expected(tree, matcher)
     try:
-        ok = json.loads(new_text, object_pairs_hook=_pairs, parse_constant=_constant) == expected
+        ok = json.loads(new_text, object_pairs_hook=_pairs, parse_constant=_constant, parse_int=_number) == expected
     except ValueError:
         ok = False
     if not ok:  # pragma: no cover - guard against a scanner bug

@@ -87,6 +87,15 @@ def test_nan_and_infinity_survive_the_check():
     assert new == '{"a": NaN, "b": -Infinity}'
 
 
+def test_numbers_too_long_for_int_are_valid_json_kept_as_written():
+    """json.loads refuses integers of more than 4300 digits by default; they are valid JSON, kept byte for byte."""
+    big = '9' * 5001
+    new, removed = jsonedit.remove_keys('{"n": %s, "k": -%s}' % (big, big), ['k'])
+    assert new == '{"n": %s}' % big
+    assert removed[0]['value'] == '-99999999999...9999 (a number of 5002 digits)'
+    json.dumps(removed)
+
+
 def test_printable():
     assert jsonedit.printable('caf\udce9') == 'caf\\xe9'
     assert jsonedit.printable('\ud800x') == '\\ud800x'
