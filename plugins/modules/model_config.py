@@ -111,6 +111,14 @@ options:
         back restores the snapshot exactly.
     type: bool
     default: false
+  timeout:
+    description:
+      - The most seconds the whole run may take. It is checked before each file is planned and before each file is
+        written. When it has passed, the task fails with a message that names the next file. If the time runs out while
+        planning, nothing was changed. While writing, the message and RV(files) list the files already written and
+        the backups made. A file being written is always finished.
+    type: int
+    default: 300
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -259,8 +267,10 @@ files:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     MAX_SIZE,
     JSONEditError,
@@ -271,6 +281,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     public_result,
     write_plan,
 )
+
+
+# the clock of the timeout (a name of its own, so that a test can make time pass)
+_clock = time.monotonic
 
 
 def _entries(module):
@@ -293,6 +307,12 @@ def _entries(module):
     if not absent:
         module.fail_json(msg='%s is a file: "absent" must list at least one key path.' % path)
     return [(path, absent, True, None)]
+
+
+def _late(deadline, path):
+    """'The time limit of N s (timeout) passed before PATH' (PATH printable)."""
+    text = deadline.message(printable(path))
+    return text[:1].upper() + text[1:]
 
 
 def _written_so_far(results):
@@ -323,6 +343,7 @@ def main():
             symlinks=dict(type='str', choices=['refuse', 'copy', 'follow'], default='refuse'),
             max_size=dict(type='int', default=MAX_SIZE),
             backup=dict(type='bool', default=False),
+            timeout=dict(type='int', default=300),
         ),
         mutually_exclusive=[('files', 'absent')],
         supports_check_mode=True,
@@ -330,8 +351,14 @@ def main():
 
     if module.params['max_size'] < 1:
         module.fail_json(msg='max_size must be a positive number of bytes, got %d.' % module.params['max_size'])
+    if not 1 <= module.params['timeout'] <= 604800:
+        module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d.' % module.params['timeout'])
+    deadline = Deadline(module.params['timeout'], clock=lambda: _clock())
     plans = []
     for path, keys, required, base in _entries(module):
+        if deadline.passed():
+            module.fail_json(msg='%s was planned. Nothing was changed (%d file(s) planned, none written).' % (
+                _late(deadline, path), len(plans)), changed=False, file=printable(path))
         try:
             plans.append(plan_file(path, keys, required=required, symlinks=module.params['symlinks'], base=base,
                                    max_size=module.params['max_size']))
@@ -352,6 +379,9 @@ def main():
         if plan['changed']:
             diffs.append(diff_of(plan))
             if not module.check_mode:
+                if deadline.passed():
+                    module.fail_json(msg='%s was written.%s' % (_late(deadline, plan['_write_path']), _written_so_far(results)),
+                        file=printable(plan['_write_path']), changed=written_any, files=results)
                 try:
                     backup_file = write_plan(module, plan, backup=module.params['backup'])
                 except JSONEditError as exc:
