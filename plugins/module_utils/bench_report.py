@@ -149,8 +149,11 @@ def _level_files(directory):
     return sorted(names)
 
 
-def collect_run(run_dir, max_bytes=MAX_FILE_BYTES):
+def collect_run(run_dir, max_bytes=MAX_FILE_BYTES, deadline=None):
     """One entry per host directory of ``run_dir``, sorted by host name.
+
+    ``deadline`` (a bounded.Deadline) is checked before each host and each
+    of its level files; bounded.DeadlinePassed says where it stopped.
 
     Each entry: host, status, summary (bench.summarize output), verdict,
     meta (the rest of summary.json) and problems (files that could not be
@@ -162,6 +165,8 @@ def collect_run(run_dir, max_bytes=MAX_FILE_BYTES):
         directory = os.path.join(run_dir, host)
         if host.startswith('.') or not os.path.isdir(directory) or os.path.islink(directory):
             continue
+        if deadline is not None:
+            deadline.check('the files of host %s were read' % text(host))
         problems = []
         summary_path = os.path.join(directory, SUMMARY_NAME)
         stored = None
@@ -184,6 +189,8 @@ def collect_run(run_dir, max_bytes=MAX_FILE_BYTES):
             rows = []
             for name in _level_files(directory):
                 path = os.path.join(directory, name)
+                if deadline is not None:
+                    deadline.check('%s was read' % text(path))
                 try:
                     rows.append(bench.parse_result(_read_json(path, max_bytes), source=text(path)))
                 except (OSError, ValueError) as exc:

@@ -78,6 +78,14 @@ options:
         listed in RV(problems) and in the report.
     type: int
     default: 64
+  timeout:
+    description:
+      - The most seconds the whole run may take. It is checked before each result file is kept, before each host's
+        files and each level file are read, before the report is drawn and before each report file is written. When
+        it has passed, the task fails, naming what was next, and RV(written) lists the files already written (a
+        file being written is always finished).
+    type: int
+    default: 300
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -201,12 +209,17 @@ problems:
 import json
 import os
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline, DeadlinePassed
+
+# the clock of the timeout (a name of its own, so that a test can make time pass)
+_clock = time.monotonic
 
 
 def _current(path):
@@ -245,12 +258,16 @@ def main():
             )),
             render=dict(type='bool', default=True),
             max_file_mib=dict(type='int', default=64),
+            timeout=dict(type='int', default=300),
         ),
         supports_check_mode=True,
     )
     path = module.params['path'].rstrip('/') or '/'
     if module.params['max_file_mib'] < 1:
         module.fail_json(msg='max_file_mib must be at least 1, got %d. Nothing was written.' % module.params['max_file_mib'])
+    if not 1 <= module.params['timeout'] <= 604800:
+        module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d. Nothing was written.' % module.params['timeout'])
+    deadline = Deadline(module.params['timeout'], clock=lambda: _clock())
     max_bytes = module.params['max_file_mib'] * 1024 * 1024
     run_id = module.params['run_id'] or os.path.basename(path)
     strays = sorted(set(item['run_id'] for item in module.params['results']
@@ -267,9 +284,20 @@ def main():
                              'first, or point path at <benchmark_local_results_dir>/<run id>.' % path)
 
     written = []
+
+    def late(exc):
+        """The timeout passed: fail naming what was next and the files already written."""
+        done = [] if module.check_mode else list(written)
+        module.fail_json(msg='%s%s. %s' % (str(exc)[:1].upper(), str(exc)[1:], 'Already written: %s.' % ', '.join(done)
+                                           if done else 'Nothing was written.'), changed=bool(done), written=done)
+
     md_path = os.path.join(path, 'report.md')
     before_md = _current(md_path)
     for target, data in planned:
+        try:
+            deadline.check('the result %s was kept' % target)
+        except DeadlinePassed as exc:
+            late(exc)
         written.append(target)
         if not module.check_mode:
             try:
@@ -286,7 +314,10 @@ def main():
     png_name = 'report.png' if module.params['png'] else None
     if module.params['render'] and (os.path.isdir(path) or planned):
         try:
-            entries = bench_report.collect_run(path, max_bytes) if os.path.isdir(path) else []
+            entries = bench_report.collect_run(path, max_bytes, deadline=deadline) if os.path.isdir(path) else []
+            deadline.check('the report was drawn')
+        except DeadlinePassed as exc:
+            late(exc)
         except OSError as exc:
             module.fail_json(msg='Could not read the benchmark run directory %s: %s. Check its permissions.'
                                  % (path, to_native(exc)), changed=bool(written), written=written)
@@ -298,6 +329,10 @@ def main():
         if png_name:
             outputs.append((os.path.join(path, png_name), bench_report.render_png(entries, run_id)))
         for target, data in outputs:
+            try:
+                deadline.check('the report %s was written' % target)
+            except DeadlinePassed as exc:
+                late(exc)
             if _current(target) != data:
                 written.append(target)
                 if not module.check_mode:
