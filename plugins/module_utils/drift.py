@@ -29,8 +29,6 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, command_failure, runner, timed_out
-from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     MAX_ENTRIES,
     ArtifactError,
@@ -39,6 +37,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     safe_text,
     scan,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, command_failure, runner, timed_out
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
     IntegrityError,
