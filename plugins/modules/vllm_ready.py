@@ -56,8 +56,10 @@ options:
     type: str
   journal_timeout:
     description:
-      - The most seconds the C(journalctl) call of a failure may take. At the limit it is killed with its process
-        group and the failure has no journal lines; at most the last 1 MiB of its output is read.
+      - The most seconds each C(systemctl show) call (the unit watch, once per poll, and the final RV(unit_state)) and
+        the C(journalctl) call of a failure may take. At the limit the call is killed with its process group - a
+        C(systemctl) that does not answer leaves the unit unwatched for that poll, a C(journalctl) leaves the failure
+        without journal lines; at most the last 1 MiB of output is read.
     type: int
     default: 30
 extends_documentation_fragment:
@@ -93,7 +95,7 @@ notes:
     C(NRestarts) in RV(unit_state).
 requirements:
   - Python 3.10 or newer on the host the module runs on (standard library only).
-  - C(systemctl) and C(journalctl) when O(unit) is given (C(journalctl) bounded by O(journal_timeout)).
+  - C(systemctl) and C(journalctl) when O(unit) is given (each call bounded by O(journal_timeout)).
 seealso:
   - name: vLLM OpenAI-compatible server
     description: The HTTP API whose C(/health), C(/version), C(/v1/models) and C(/v1/completions) the module uses.
@@ -267,10 +269,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
 )
 
 
-def unit_watch(module, systemctl, unit):
+def unit_watch(run, systemctl, unit):
     """A callable for wait_ready: why waiting is pointless (the unit stopped or failed), or None."""
     def watch():
-        return unit_stopped_reason(unit, unit_state(module.run_command, systemctl, unit))
+        return unit_stopped_reason(unit, unit_state(run, systemctl, unit))
     return watch
 
 
@@ -316,7 +318,7 @@ def main():
         if systemctl is None:
             module.warn("unit=%s was given but systemctl is not on this host: the unit is not watched." % unit)
         else:
-            watch = unit_watch(module, systemctl, unit)
+            watch = unit_watch(bounded.runner(params["journal_timeout"]), systemctl, unit)
 
     result = wait_ready(client, served_model_name=params["served_model_name"], timeout=params["timeout"],
                         interval=params["interval"], completion=params["completion"], prompt=params["prompt"],
@@ -325,7 +327,7 @@ def main():
     result.pop("once", None)
     result["changed"] = False
     if unit and systemctl:
-        result["unit_state"] = unit_state(module.run_command, systemctl, unit)
+        result["unit_state"] = unit_state(bounded.runner(params["journal_timeout"]), systemctl, unit)
         if result["ready"]:
             result["ready_after_start"] = seconds_since_start(result["unit_state"])
 
