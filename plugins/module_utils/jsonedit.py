@@ -73,7 +73,9 @@ _DECODER = json.JSONDecoder(parse_int=_number)
 
 # Bounds (documented in the model_config module).
 MAX_DEPTH = 128                 # nesting of objects and arrays
-MAX_SIZE = 64 * 1024 * 1024     # default cap on the size of one file, in bytes
+MAX_SIZE = 16 * 1024 * 1024     # default cap on the size of one file, in bytes (memory: about 65x in the worst case)
+LIST_LIMIT = 1000               # removed members listed per file in a result (all are counted)
+DIFF_LIMIT = 1024 * 1024        # before + after text of a diff, in characters; a larger one is summarised
 MAX_WALK_ENTRIES = 100000       # entries looked at in a Hugging Face cache's snapshots/
 MAX_WALK_DEPTH = 16             # directory levels below snapshots/
 
@@ -838,12 +840,18 @@ def plan_file(path, key_paths, required=False, symlinks='refuse', display=None, 
 
 
 def diff_of(plan):
-    """Ansible diff dict (before/after text) for a planned file."""
+    """Ansible diff dict (before/after text) for a planned file; a summary line when the texts are over DIFF_LIMIT."""
+    before = plan.get('_before', '')
+    after = plan.get('_after', '')
+    if len(before) + len(after) > DIFF_LIMIT:
+        return {'prepared': '%s: %d key(s) removed; the file is %d characters, too large to show as a diff (over %d). '
+                            'The removed keys are in the result (files[].removed, the first %d).\n'
+                            % (plan['path'], len(plan.get('removed') or []), len(before), DIFF_LIMIT, LIST_LIMIT)}
     return {
         'before_header': plan['path'],
         'after_header': plan['path'],
-        'before': plan.get('_before', ''),
-        'after': plan.get('_after', ''),
+        'before': before,
+        'after': after,
     }
 
 
@@ -912,5 +920,11 @@ def _timestamp():
 
 
 def public_result(plan):
-    """The per-file result without the private keys."""
-    return dict((k, v) for k, v in plan.items() if not k.startswith('_'))
+    """The per-file result without the private keys: removed_count counts every removed member, removed lists
+    the first LIST_LIMIT of them (removed_truncated says whether there were more)."""
+    public = dict((k, v) for k, v in plan.items() if not k.startswith('_'))
+    removed = public.get('removed') or []
+    public['removed_count'] = len(removed)
+    public['removed_truncated'] = len(removed) > LIST_LIMIT
+    public['removed'] = removed[:LIST_LIMIT]
+    return public

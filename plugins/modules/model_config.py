@@ -98,11 +98,12 @@ options:
   max_size:
     description:
       - The largest file, in bytes, that is read. A larger file fails the task before it is read (the message names its
-        size and this cap) and nothing is changed. A model config is a few kilobytes; the default is 64 MiB.
+        size and this cap) and nothing is changed. A model config is a few kilobytes; the default is 16 MiB.
       - The edit itself costs time and memory in proportion to the size of the file (one parse, one scan, one
-        check), whatever the number of keys removed.
+        check), whatever the number of keys removed - about 65 bytes of memory per byte of a file made of many small
+        keys (about 1 GB at the default cap), far less for an ordinary config.
     type: int
-    default: 67108864
+    default: 16777216
   backup:
     description:
       - Before a file is written, keep a copy next to it named C(<file>.<pid>.<YYYY-MM-DD@HH:MM:SS~>) and return its
@@ -127,7 +128,9 @@ attributes:
     details: Reads and plans every file, reports what would be removed (and the diff), writes nothing.
   diff_mode:
     support: full
-    details: The before and after text of every file that changes.
+    details:
+      - The before and after text of every file that changes; for a file whose before and after text together are
+        over 1 MiB characters, one line that says how many keys go and why no diff is shown.
   platform:
     support: full
     platforms: posix
@@ -239,13 +242,23 @@ files:
       type: str
       sample: file does not exist
     removed:
-      description: The removed members, in document order, each with its concrete key path and its old value.
+      description:
+        - The removed members, in document order, each with its concrete key path and its old value; at most the first
+          1000 (RV(files[].removed_count) counts them all).
       returned: always
       type: list
       elements: dict
       sample:
         - key: quantization_config.kv_cache_scheme
           value: {num_bits: 8, type: float, strategy: tensor, dynamic: false, symmetric: true}
+    removed_count:
+      description: How many members were (or would be) removed from this file.
+      returned: always
+      type: int
+    removed_truncated:
+      description: Whether RV(files[].removed) lists only the first 1000 of them.
+      returned: always
+      type: bool
     symlink:
       description:
         - Null for a regular file. For a link, C(link) (the link text), C(target) (resolved), C(action)
@@ -395,7 +408,7 @@ def main():
                     public['backup_file'] = printable(backup_file)
         results.append(public)
 
-    removed_count = sum(len(r['removed']) for r in results)
+    removed_count = sum(r['removed_count'] for r in results)
     changed_files = sum(1 for r in results if r['changed'])
     if removed_count:
         verb = 'would remove' if module.check_mode else 'removed'

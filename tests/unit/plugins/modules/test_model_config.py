@@ -88,7 +88,7 @@ def test_nested_text_config_found_by_default_path(tmp_path, run):
     assert rc == 0
     assert [r['key'] for r in result['files'][0]['removed']] == ['text_config.quantization_config.kv_cache_scheme']
     assert result['files'][1] == {'path': os.path.join(model, 'hf_quant_config.json'), 'exists': False,
-                                  'changed': False, 'removed': [], 'symlink': None,
+                                  'changed': False, 'removed': [], 'removed_count': 0, 'removed_truncated': False, 'symlink': None,
                                   'skipped': 'file does not exist'}
     assert open(os.path.join(model, 'config.json'), 'rb').read() == _clean_config('text_config')
 

@@ -179,15 +179,15 @@ def test_unwritable_directory_fails_with_file_reason_and_what_was_done(tmp_path,
 
 def test_file_over_the_default_cap_is_refused_unread(tmp_path, run, monkeypatch):
     config = tmp_path / 'config.json'
-    with open(str(config), 'wb') as handle:   # sparse: 64 MiB + 1 byte, no disk used
-        handle.truncate(64 * 1024 * 1024 + 1)
+    with open(str(config), 'wb') as handle:   # sparse: 16 MiB + 1 byte, no disk used
+        handle.truncate(16 * 1024 * 1024 + 1)
     reads = []
     real_read = os.read
     monkeypatch.setattr(jsonedit.os, 'read', lambda fd, n: reads.append(n) or real_read(fd, n))
     rc, result = run({'path': str(config), 'absent': ['**.kv_cache_scheme']})
     assert rc == 1
     assert result['file'] == str(config)
-    assert ('is 67108865 bytes (64.0 MiB), more than the max_size cap of 67108864 bytes (64.0 MiB)'
+    assert ('is 16777217 bytes (16.0 MiB), more than the max_size cap of 16777216 bytes (16.0 MiB)'
             in result['msg'])
     assert 'Nothing was read or changed' in result['msg']
     assert reads == []
@@ -326,3 +326,18 @@ def test_fuzz_parse_edit_write(run, value, indent, seed, times):
             pytest.fail('accepted invalid JSON: %r' % raw)
         assert json.loads(after.decode('utf-8'), parse_constant=str) == _reference(before)
         assert result['changed'] is (after != raw)
+
+
+def test_a_file_of_many_matches_gives_a_bounded_result_and_a_summary_diff(tmp_path, run):
+    """300,000 matching keys: all removed and counted, the first 1000 listed, the diff one line (review finding)."""
+    config = tmp_path / 'config.json'
+    config.write_text('[' + ', '.join('{"kv_cache_scheme": %d}' % i for i in range(300000)) + ']')
+    rc, result = run({'path': str(tmp_path), 'files': [{'name': 'config.json', 'absent': ['**.kv_cache_scheme']}]},
+                     check=True, diff=True)
+    assert rc == 0, result
+    assert result['removed_count'] == 300000
+    entry = result['files'][0]
+    assert entry['removed_count'] == 300000 and entry['removed_truncated'] is True
+    assert len(entry['removed']) == 1000 and entry['removed'][999]['value'] == 999
+    assert len(json.dumps(result)) < 200000
+    assert result['diff'][0]['prepared'].startswith('%s: 300000 key(s) removed; the file is' % config)
