@@ -267,7 +267,7 @@ def main():
         module.fail_json(msg='max_file_mib must be at least 1, got %d. Nothing was written.' % module.params['max_file_mib'])
     if not 1 <= module.params['timeout'] <= 604800:
         module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d. Nothing was written.' % module.params['timeout'])
-    deadline = Deadline(module.params['timeout'], clock=lambda: _clock())
+    deadline = Deadline(module.params['timeout'], clock=_clock)
     max_bytes = module.params['max_file_mib'] * 1024 * 1024
     run_id = module.params['run_id'] or os.path.basename(path)
     strays = sorted(set(item['run_id'] for item in module.params['results']

@@ -366,7 +366,7 @@ def main():
         module.fail_json(msg='max_size must be a positive number of bytes, got %d.' % module.params['max_size'])
     if not 1 <= module.params['timeout'] <= 604800:
         module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d.' % module.params['timeout'])
-    deadline = Deadline(module.params['timeout'], clock=lambda: _clock())
+    deadline = Deadline(module.params['timeout'], clock=_clock)
     plans = []
     for path, keys, required, base in _entries(module):
         if deadline.passed():
@@ -394,7 +394,7 @@ def main():
             if not module.check_mode:
                 if deadline.passed():
                     module.fail_json(msg='%s was written.%s' % (_late(deadline, plan['_write_path']), _written_so_far(results)),
-                        file=printable(plan['_write_path']), changed=written_any, files=results)
+                                     file=printable(plan['_write_path']), changed=written_any, files=results)
                 try:
                     backup_file = write_plan(module, plan, backup=module.params['backup'])
                 except JSONEditError as exc:

@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """bounded.run_bounded: a hanging command is killed with its children at the limit; output read up to a cap."""
 
-import os
 import sys
 import time
 
@@ -34,7 +33,7 @@ def test_hanging_command_and_its_child_are_killed_at_the_limit(tmp_path):
     assert bounded.timed_out(rc, err)
     assert bounded.command_failure([prog, "show"], rc, err) == err
     child = int(pidfile.read_text())
-    for _ in range(100):
+    for dummy in range(100):
         try:
             with open("/proc/%d/stat" % child) as f:
                 if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):

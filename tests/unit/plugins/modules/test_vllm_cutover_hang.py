@@ -5,7 +5,10 @@ import os
 import sys
 import time
 
-from test_vllm_cutover import UNIT, host  # noqa: F401  (the fixture)
+import test_vllm_cutover
+
+UNIT = test_vllm_cutover.UNIT
+host = test_vllm_cutover.host  # the fixture
 
 
 def hang_on(h, verb, tool="systemctl"):
@@ -25,7 +28,7 @@ def unhang(h):
     h.env["PATH"] = h.env["PATH"].split(os.pathsep, 1)[1]
 
 
-def test_a_start_that_never_answers_fails_at_the_limit_saying_stopped_and_switched(host):  # noqa: F811
+def test_a_start_that_never_answers_fails_at_the_limit_saying_stopped_and_switched(host):
     h = host()
     h.start_serving()
     hang_on(h, "start")
@@ -40,7 +43,7 @@ def test_a_start_that_never_answers_fails_at_the_limit_saying_stopped_and_switch
     assert res["changed"] is True
 
 
-def test_a_stop_that_never_answers_fails_at_the_limit_before_the_switch(host):  # noqa: F811
+def test_a_stop_that_never_answers_fails_at_the_limit_before_the_switch(host):
     h = host()
     h.start_serving()
     hang_on(h, "stop")
@@ -55,7 +58,7 @@ def test_a_stop_that_never_answers_fails_at_the_limit_before_the_switch(host):  
     assert os.readlink(h.link) == h.env_a
 
 
-def test_a_journal_that_never_answers_does_not_hold_the_failure(host):  # noqa: F811
+def test_a_journal_that_never_answers_does_not_hold_the_failure(host):
     h = host()
     h.start_serving()
     with open(os.path.join(h.state_dir, UNIT + ".fail-start"), "w") as f:
@@ -69,7 +72,7 @@ def test_a_journal_that_never_answers_does_not_hold_the_failure(host):  # noqa: 
     assert "systemctl start %s failed (exit 1): Job for vllm-sim.service failed." % UNIT in res["msg"]
 
 
-def test_systemctl_timeout_below_one_second_is_refused(host):  # noqa: F811
+def test_systemctl_timeout_below_one_second_is_refused(host):
     h = host()
     rc, res = h.run(h.args(systemctl_timeout=0))
     assert rc == 1 and res["failed_step"] == "options" and not res["stopped"]
