@@ -136,13 +136,13 @@ _raw:
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 
 from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 
 LATEST = ("", "latest")
 # A PEP 440 version, with an optional local part (nightlies: 0.16.0rc2.dev344+gea5f903f8).
@@ -390,40 +390,27 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
     return found
 
 
-def _read(path, cap, tail=False):
-    with open(path, "rb") as handle:
-        if tail:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - cap))
-        data = handle.read(cap)
-    return data.decode("utf-8", "replace")
-
-
 def _run(argv, stdin, env, timeout):
-    """Run uv in a session of its own, output to files; kill its process group when TIMEOUT passes.
+    """Run uv with :func:`bounded.run_bounded` (a session of its own, killed whole when TIMEOUT passes), in an
+    empty working directory, STDIN given as text.
 
-    -> (rc, first STDOUT_CAP bytes of stdout, last STDERR_TAIL bytes of stderr); TimeoutExpired on timeout.
+    -> (rc, first STDOUT_CAP bytes of stdout, last STDERR_TAIL bytes of stderr); TimeoutExpired on timeout,
+    OSError when uv could not be started.
     """
     workdir = tempfile.mkdtemp(prefix="gpufleet-uv-resolve-")
     try:
-        paths = dict((name, os.path.join(workdir, name)) for name in ("stdin", "stdout", "stderr"))
-        with open(paths["stdin"], "w") as handle:
-            handle.write(stdin)
-        with open(paths["stdin"], "rb") as in_, open(paths["stdout"], "wb") as out, open(paths["stderr"], "wb") as err:
-            proc = subprocess.Popen(argv, stdin=in_, stdout=out, stderr=err, env=env, cwd=workdir, close_fds=True,
-                                    start_new_session=True)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                proc.wait()
-                raise
-        return rc, _read(paths["stdout"], STDOUT_CAP), _read(paths["stderr"], STDERR_TAIL, tail=True)
+        rc, out, err = bounded.run_bounded(argv, timeout, max_output=STDOUT_CAP, env=env, stdin=stdin, cwd=workdir,
+                                           stdout_head=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    if bounded.timed_out(rc, err):
+        raise subprocess.TimeoutExpired(argv, timeout)
+    if bounded.not_started(rc, err):
+        raise OSError(err)
+
+    def text(value):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return rc, text(out), text(err)[-STDERR_TAIL:]
 
 
 class LookupModule(LookupBase):

@@ -42,6 +42,8 @@ MAX_OUTPUT = 1 << 20
 READ_TIMEOUT = 30
 
 _TIMEOUT_MARK = " did not answer within "
+_START_MARK = " could not be run: "
+NOT_STARTED_RC = 127
 
 
 def _words(argv):
@@ -63,34 +65,39 @@ def _number(value):
     return ("%d" % value) if float(value) == int(value) else ("%.1f" % value)
 
 
-def _tail(handle, limit):
+def _tail(handle, limit, head=False):
     handle.seek(0, os.SEEK_END)
     size = handle.tell()
-    handle.seek(max(0, size - limit))
+    handle.seek(0 if head else max(0, size - limit))
     data = handle.read(limit)
     # as run_command gives it: bytes that are not UTF-8 kept as surrogate escapes
     return data.decode("utf-8", "surrogateescape")
 
 
-def run_bounded(argv, timeout, max_output=MAX_OUTPUT, env=None):
+def run_bounded(argv, timeout, max_output=MAX_OUTPUT, env=None, stdin=None, cwd=None, stdout_head=False):
     """Run ARGV (a list) for at most TIMEOUT seconds; return (rc, stdout, stderr).
 
-    The command runs in a session of its own with stdin from /dev/null;
-    at the time limit the whole session (the command and whatever it
-    started) is killed with SIGKILL and the answer is ``(TIMEOUT_RC, out,
-    "<command> did not answer within N s and was killed")``.  A command that
-    cannot be started gives rc 127 and the reason.
+    The command runs in a session of its own with stdin from /dev/null (or
+    the text STDIN, from a temporary file); at the time limit the whole
+    session (the command and whatever it started) is killed with SIGKILL and
+    the answer is ``(TIMEOUT_RC, out, "<command> did not answer within N s
+    and was killed")``.  A command that cannot be started gives rc 127 and
+    the reason.  Output goes to temporary files; at most the last MAX_OUTPUT
+    bytes of each are read (the first, for stdout, with STDOUT_HEAD).
     """
     if isinstance(argv, (str, bytes)):
         raise TypeError("run_bounded takes a list of words, never a shell command line")
     argv = [str(w) for w in argv]
     timeout = max(0.1, float(timeout))
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as given:
+        if stdin is not None:
+            given.write(stdin.encode("utf-8") if not isinstance(stdin, bytes) else stdin)
+            given.seek(0)
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                                    close_fds=True, env=env)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else given, stdout=out, stderr=err,
+                                    start_new_session=True, close_fds=True, env=env, cwd=cwd)
         except OSError as exc:
-            return 127, "", "%s could not be run: %s" % (_words(argv), exc.strerror or exc)
+            return NOT_STARTED_RC, "", "%s%s%s" % (_words(argv), _START_MARK, exc.strerror or exc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -99,9 +106,9 @@ def run_bounded(argv, timeout, max_output=MAX_OUTPUT, env=None):
             except OSError:
                 proc.kill()
             proc.wait()
-            return TIMEOUT_RC, _tail(out, max_output), "%s%s%s s and was killed" % (
+            return TIMEOUT_RC, _tail(out, max_output, stdout_head), "%s%s%s s and was killed" % (
                 _words(argv), _TIMEOUT_MARK, _number(timeout))
-        return rc, _tail(out, max_output), _tail(err, max_output)
+        return rc, _tail(out, max_output, stdout_head), _tail(err, max_output)
 
 
 def runner(timeout, max_output=MAX_OUTPUT, deadline=None):
@@ -116,6 +123,11 @@ def runner(timeout, max_output=MAX_OUTPUT, deadline=None):
 def timed_out(rc, err):
     """Whether (rc, err) of run_bounded says the command was killed at its time limit."""
     return rc == TIMEOUT_RC and _TIMEOUT_MARK in (err or "")
+
+
+def not_started(rc, err):
+    """Whether (rc, err) of run_bounded says the command could not be started at all."""
+    return rc == NOT_STARTED_RC and _START_MARK in (err or "")
 
 
 def command_failure(argv, rc, err):

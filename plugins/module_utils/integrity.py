@@ -79,14 +79,13 @@ import io
 import json
 import os
 import re
-import signal
 import stat
 import subprocess
-import tempfile
 import threading
 import time
 import zipfile
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import (
     DEFAULT_PATTERNS,
     explain,
@@ -182,29 +181,16 @@ class Environment:
                 "root": self.root, "source": self.source}
 
 
-def _read_capped(handle, limit):
-    handle.seek(0)
-    return handle.read(limit).decode("utf-8", "replace")
-
-
 def _default_run(argv, timeout=PROBE_TIMEOUT):
-    """Run ``argv`` (a list, no shell) in its own session; kill the whole
-    session after ``timeout`` seconds.  Output goes to temporary files and at
-    most 1 MiB of each is read.  Returns ``(rc, stdout, stderr)``; raises
-    :class:`subprocess.TimeoutExpired` when the deadline passed."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                start_new_session=True, close_fds=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            proc.wait()
-            raise
-        return rc, _read_capped(out, _PROBE_OUTPUT_LIMIT), _read_capped(err, _PROBE_OUTPUT_LIMIT)
+    """Run ``argv`` (a list, no shell) with :func:`bounded.run_bounded`: its own session, killed whole after
+    ``timeout`` seconds, at most 1 MiB of each output read.  Returns ``(rc, stdout, stderr)``; raises
+    :class:`subprocess.TimeoutExpired` when the deadline passed, OSError when it could not be started."""
+    rc, out, err = bounded.run_bounded(argv, timeout, max_output=_PROBE_OUTPUT_LIMIT)
+    if bounded.timed_out(rc, err):
+        raise subprocess.TimeoutExpired(argv, timeout)
+    if bounded.not_started(rc, err):
+        raise OSError(err)
+    return rc, out, err
 
 
 def probe_argv(python):

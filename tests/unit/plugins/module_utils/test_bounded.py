@@ -82,3 +82,19 @@ def test_runner_uses_what_is_left_of_the_deadline(tmp_path):
     with pytest.raises(bounded.DeadlinePassed) as exc:
         deadline.check("the unit was read")
     assert str(exc.value) == "the time limit of 10 s (timeout) passed before the unit was read"
+
+
+def test_stdin_text_working_directory_and_the_head_of_stdout(tmp_path):
+    """What the uv lookup needs: text on stdin, a directory of its own, the first bytes of a flood of stdout."""
+    prog = [sys.executable, "-c", "import os, sys; sys.stdout.write(sys.stdin.read() + os.getcwd() + 'x' * 100000)"]
+    rc, out, err = bounded.run_bounded(prog, 20, max_output=4096, stdin="vllm==0.33.0\n", cwd=str(tmp_path),
+                                       stdout_head=True)
+    assert rc == 0 and err == ""
+    assert out.startswith("vllm==0.33.0\n" + str(tmp_path)) and len(out) == 4096
+
+
+def test_a_program_that_cannot_start_is_told_apart_from_its_own_exit_127(tmp_path):
+    rc, out, err = bounded.run_bounded([str(tmp_path / "missing")], 5)
+    assert bounded.not_started(rc, err) and "could not be run" in err
+    rc, out, err = bounded.run_bounded([sys.executable, "-c", "import sys; sys.exit(127)"], 5)
+    assert rc == 127 and not bounded.not_started(rc, err)
