@@ -30,3 +30,39 @@ def module_runner(main, capsys):
                 main()
         return exc.value.code, json.loads(capsys.readouterr().out)
     return _run
+
+
+# The last play of a playbook built by run_plays: the errors kept by the plays' rescue tasks, as JSON.
+_ERRORS_PLAY = """
+- name: Write the errors
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Errors
+      ansible.builtin.copy:
+        content: "{{ errors | default({}) | to_json }}"
+        dest: "%s"
+        mode: "0600"
+"""
+
+
+def run_plays(plays, out):
+    """Run plays (YAML text of plays on localhost) with the real ansible-playbook and this checkout's collection.
+
+    Plays keep the messages of failures they rescue in a fact ``errors`` (a dict); the returned dict is that
+    fact at the end. The playbook fails the test when ansible-playbook itself fails.
+    """
+    import subprocess
+    import sys
+    errors_file = os.path.join(out, "errors.json")
+    playbook = os.path.join(out, "play.yml")
+    with open(playbook, "w") as handle:
+        handle.write("---\n" + plays + _ERRORS_PLAY % errors_file)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    with open(errors_file, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -8,13 +8,9 @@ asserts.
 """
 
 import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from helpers import run_plays
 
 CASES = {
     "reinstall_defaults": ("reinstall", {}),
@@ -48,34 +44,11 @@ PLAY = """
             errors: "{{{{ errors | default({{}}) | combine({{'{name}': ansible_failed_result.msg | default('?')}}) }}}}"
 """
 
-LAST = """
-- name: Write the errors
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Errors
-      ansible.builtin.copy:
-        content: "{{{{ errors | default({{}}) | to_json }}}}"
-        dest: "{out}/errors.json"
-        mode: "0600"
-"""
-
-
 @pytest.fixture(scope="module")
 def errors(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("values"))
     plays = [PLAY.format(name=name, role=role, vars=json.dumps(case)) for name, (role, case) in CASES.items()]
-    playbook = os.path.join(out, "play.yml")
-    with open(playbook, "w") as handle:
-        handle.write("---\n" + "".join(plays) + LAST.format(out=out))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    with open(os.path.join(out, "errors.json"), encoding="utf-8") as handle:
-        return json.load(handle)
+    return run_plays("".join(plays), out)
 
 
 @pytest.mark.parametrize("name", ["reinstall_defaults", "reinstall_local_version_and_paths", "host_tools_defaults"])

@@ -11,10 +11,9 @@ directive or section the operator did not ask for.
 
 import json
 import os
-import subprocess
-import sys
-
 import pytest
+
+from helpers import run_plays
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 TEMPLATE = os.path.join(REPO, "roles", "service", "templates", "vllm.service.j2")
@@ -77,37 +76,12 @@ PLAY = """
             errors: "{{{{ errors | default({{}}) | combine({{'{name}.check': ansible_failed_result.msg | default('?')}}) }}}}"
 """
 
-LAST = """
-- name: Write the errors
-  hosts: localhost
-  gather_facts: false
-  tasks:
-    - name: Errors
-      ansible.builtin.copy:
-        content: "{{{{ errors | default({{}}) | to_json }}}}"
-        dest: "{out}/errors.json"
-        mode: "0600"
-"""
-
-
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
     """outcome(case, kind): the rendered unit (kind 'service'), or the error of 'render' or 'check' (None: no error)."""
     out = str(tmp_path_factory.mktemp("units"))
     plays = [PLAY.format(name=name, vars=json.dumps(case), out=out, template=TEMPLATE) for name, case in CASES.items()]
-    playbook = os.path.join(out, "play.yml")
-    with open(playbook, "w") as handle:
-        handle.write("---\n" + "".join(plays) + LAST.format(out=out))
-    env = dict(os.environ,
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    with open(os.path.join(out, "errors.json"), encoding="utf-8") as handle:
-        errors = json.load(handle)
+    errors = run_plays("".join(plays), out)
 
     def read(name, kind):
         if kind != "service":
