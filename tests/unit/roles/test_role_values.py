@@ -44,6 +44,7 @@ PLAY = """
             errors: "{{{{ errors | default({{}}) | combine({{'{name}': ansible_failed_result.msg | default('?')}}) }}}}"
 """
 
+
 @pytest.fixture(scope="module")
 def errors(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("values"))

@@ -76,6 +76,7 @@ PLAY = """
             errors: "{{{{ errors | default({{}}) | combine({{'{name}.check': ansible_failed_result.msg | default('?')}}) }}}}"
 """
 
+
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
     """outcome(case, kind): the rendered unit (kind 'service'), or the error of 'render' or 'check' (None: no error)."""
