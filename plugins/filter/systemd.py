@@ -135,13 +135,19 @@ def systemd_environment(env):
     return lines
 
 
-def systemd_value(text, name=None):
-    """A one-line unit setting value: % doubled; control characters and a trailing backslash refused."""
-    name = name or "the unit setting"
+def _line_text(text, name):
+    """Text of one value that goes on a unit line as it is: control characters refused, naming name."""
     value = _word_text(text, name)
     problem = describe_control(value, name)
     if problem:
         raise AnsibleFilterError(problem)
+    return value
+
+
+def systemd_value(text, name=None):
+    """A one-line unit setting value: % doubled; control characters and a trailing backslash refused."""
+    name = name or "the unit setting"
+    value = _line_text(text, name)
     if value.endswith("\\"):
         raise AnsibleFilterError(
             "%s ends in a backslash (%s): systemd would read it as a line continuation and join the next "
@@ -157,10 +163,7 @@ _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 def systemd_unit_name(text, name=None):
     """A service unit name as <name>.service, refused unless systemd would accept it as one file name."""
     name = name or "the unit name"
-    value = _word_text(text, name)
-    problem = describe_control(value, name)
-    if problem:
-        raise AnsibleFilterError(problem)
+    value = _line_text(text, name)
     base = value[:-len(".service")] if value.endswith(".service") else value
     problem = None
     if not base:

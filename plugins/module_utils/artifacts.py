@@ -53,7 +53,7 @@ ORDINARY_NAMES = ('passwd', 'shadow', 'hosts', 'fstab', 'config.json', 'tokenize
                   'model-00001-of-00002.safetensors', 'pytorch_model.bin', 'libfoo.so.1', 'libc.so.6', 'README',
                   'README.md', 'LICENSE', 'Makefile', 'main.py', '__init__.py', 'setup.cfg', 'requirements.txt',
                   'notes.txt', 'run.sh', 'nohup.out', 'core', 'python3', 'vllm', 'data.bin', 'index.html',
-                  'systemd-private-0123456789abcdef', '.X11-unix', 'tmp0a1b2c3d', 'ssh-XXXXabcd',
+                  'systemd-private-5f1c2a9e8b7d4c3e', '.X11-unix', 'tmpq8z1x_4k', 'ssh-k3JdQ9aLb2Xz',
                   'krb5cc_0', 'lost+found', 'vllm.log', 'server.pid', 'output.json', 'model.pt', 'checkpoint.pt')
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
