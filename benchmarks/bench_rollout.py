@@ -125,7 +125,7 @@ def main():
         "rollout_report_dir": os.path.join(work, "reports"),
         "audit_report_dir": os.path.join(work, "reports"),
         "service_environment": {"VLLM_STANDIN_LOAD_SECONDS": "%g" % args.load_seconds,
-                                "VLLM_STANDIN_VENV": "{{ service_venv }}"},
+                                "VLLM_STANDIN_VENV": "{{ fleet_current_link }}"},
         "service_load_timeout": int(args.load_seconds * 3 + 60),
         # the benchmark step (about a minute per restarted host here) would pad
         # the first rollout's wall time and flatter the second's share

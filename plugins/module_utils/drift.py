@@ -87,7 +87,7 @@ def resolve_environment(link=None, venv=None):
             return os.path.realpath(link), None
         if os.path.lexists(link):
             return "", ("%s exists but is not a symbolic link: the rollout cannot switch it (move that environment "
-                        "elsewhere and name it in reinstall_adopt_venv)" % link)
+                        "elsewhere and name it in fleet_adopt_venv)" % link)
     if venv:
         return venv, None
     if link:

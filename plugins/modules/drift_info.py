@@ -38,14 +38,14 @@ options:
   venv_link:
     description:
       - The symbolic link that names the serving environment, for example V(/opt/vllm/current) (the C(reinstall)
-        role's C(reinstall_current_link)).
+        role's C(fleet_current_link)).
       - A real directory at that path is reported as integrity drift, with the reason.
       - At least one of O(venv_link) and O(venv) is required.
     type: path
   venv:
     description:
       - The environment the service runs while O(venv_link) does not exist, for example the venv the operators
-        built by hand (the C(reinstall) role's C(reinstall_adopt_venv)).
+        built by hand (the C(reinstall) role's C(fleet_adopt_venv)).
     type: path
   name:
     description:
@@ -65,7 +65,7 @@ options:
   model_dirs:
     description:
       - The model directories whose configs must not carry the SM120 KV-cache keys (the C(sm120_config) role's
-        C(sm120_config_model_dirs)).
+        C(fleet_model_dirs)).
     type: list
     elements: path
     default: []
@@ -106,8 +106,8 @@ options:
     description:
       - When the SM120 KV-cache keys count as drift.
       - V(auto) means where a GPU has compute capability 12.x, as the C(sm120_config) role decides by default.
-      - V(strip) means always, as with C(sm120_config_force). V(keep) means never, as with
-        C(sm120_config_strip_kv_cache_keys=false).
+      - V(strip) means always, as with C(fleet_strip_kv_cache_keys_force). V(keep) means never, as with
+        C(fleet_strip_kv_cache_keys=false).
       - The keys present are counted in every case.
     type: str
     choices: [auto, strip, keep]

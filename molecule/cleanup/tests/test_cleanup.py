@@ -192,7 +192,7 @@ def test_not_sm120_changes_nothing_and_says_why(host, prepared):
     assert record["gpus"]["compute_capabilities"] == ["9.0"] and record["gpus"]["sm120"] is False
     sm120 = record["sm120_config"]
     assert sm120["applied"] is False and sm120["sm120"] is False and sm120["changed"] is False
-    assert "9.0" in sm120["reason"] and "sm120_config_force" in sm120["reason"]
+    assert "9.0" in sm120["reason"] and "fleet_strip_kv_cache_keys_force" in sm120["reason"]
     assert sm120["dirs"] == []
     for name in ("config.json", "hf_quant_config.json"):
         path = "/shared/side/h100/" + name
@@ -202,7 +202,7 @@ def test_not_sm120_changes_nothing_and_says_why(host, prepared):
 def test_policy_off_keeps_the_keys(host):
     sm120 = read_json(host, TEST_DIR + "/side-policy.json")["sm120_config"]
     assert sm120["action"] == "skip" and sm120["applied"] is False
-    assert "sm120_config_strip_kv_cache_keys is false" in sm120["reason"]
+    assert "fleet_strip_kv_cache_keys is false" in sm120["reason"]
     assert find_key(read_json(host, "/shared/side/h100/config.json"), "kv_cache_scheme")
 
 

@@ -17,13 +17,13 @@ CASES = {
     "reinstall_local_version_and_paths": ("reinstall", {"reinstall_extra_packages": ["flashinfer-python==0.6.4"],
                                                         "reinstall_find_links": ["/srv/wheels"]}),
     "reinstall_option_package": ("reinstall", {"reinstall_extra_packages": ["--index-url=http://127.0.0.1:9/simple"]}),
-    "reinstall_bad_package": ("reinstall", {"reinstall_package": "../../etc"}),
+    "reinstall_bad_package": ("reinstall", {"fleet_package": "../../etc"}),
     "reinstall_option_index": ("reinstall", {"reinstall_extra_index_urls": ["--no-verify-hashes"]}),
-    "reinstall_newline_path": ("reinstall", {"reinstall_envs_dir": "/opt/vllm/envs\n/etc"}),
+    "reinstall_newline_path": ("reinstall", {"fleet_envs_dir": "/opt/vllm/envs\n/etc"}),
     "reinstall_env_newline": ("reinstall", {"reinstall_uv_environment": {"UV_INDEX_URL": "http://x\r\n"}}),
     "host_tools_defaults": ("host_tools", {}),
     "host_tools_option_package": ("host_tools", {"host_tools_packages": ["nvidia-ml-py", "--pre"]}),
-    "host_tools_tab_venv": ("host_tools", {"host_tools_venv": "/opt/tools\t"}),
+    "host_tools_tab_venv": ("host_tools", {"fleet_tools_venv": "/opt/tools\t"}),
 }
 
 PLAY = """
@@ -60,12 +60,12 @@ def test_ordinary_values_pass(errors, name):
 @pytest.mark.parametrize("name, words", [
     ("reinstall_option_package", "reinstall_extra_packages[0] is '--index-url=http://127.0.0.1:9/simple', "
                                  "which starts with '-'"),
-    ("reinstall_bad_package", 'reinstall_package must be a distribution name such as vllm'),
+    ("reinstall_bad_package", 'fleet_package must be a distribution name such as vllm'),
     ("reinstall_option_index", "reinstall_extra_index_urls[0] is '--no-verify-hashes', which starts with '-'"),
-    ("reinstall_newline_path", "reinstall_envs_dir holds a line break (U+000A)"),
+    ("reinstall_newline_path", "fleet_envs_dir holds a line break (U+000A)"),
     ("reinstall_env_newline", "reinstall_uv_environment.UV_INDEX_URL holds a line break (U+000D)"),
     ("host_tools_option_package", "host_tools_packages[1] is '--pre', which starts with '-'"),
-    ("host_tools_tab_venv", "host_tools_venv holds a control character (U+0009)"),
+    ("host_tools_tab_venv", "fleet_tools_venv holds a control character (U+0009)"),
 ])
 def test_hostile_values_are_refused_by_name(errors, name, words):
     assert name in errors, "the check accepted %s" % name

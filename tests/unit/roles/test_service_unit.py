@@ -31,8 +31,8 @@ CASES = {
     "description_nel": {"service_model": "/models/kimi", "service_description": "vLLM\u2028[Install]"},
     "user_tab": {"service_model": "/models/kimi", "service_user": "root\tx"},
     "workdir_newline": {"service_model": "/models/kimi", "service_working_directory": "/srv\nUser=nobody"},
-    "unit_name_path": {"service_model": "/models/kimi", "service_unit_name": "../../../tmp/evil"},
-    "unit_name_newline": {"service_model": "/models/kimi", "service_unit_name": "vllm\nx"},
+    "unit_name_path": {"service_model": "/models/kimi", "fleet_unit_name": "../../../tmp/evil"},
+    "unit_name_newline": {"service_model": "/models/kimi", "fleet_unit_name": "vllm\nx"},
     "extra_arg_newline": {"service_model": "/models/kimi", "service_extra_args": ["--max-model-len", "1\n[Unit]"]},
     "env_newline": {"service_model": "/models/kimi", "service_environment": {"HF_HOME": "/x\nExecStartPre=/bin/true"}},
     "extra_arg_nul": {"service_model": "/models/kimi", "service_extra_args": ["--x", "1\x00"]},
@@ -49,10 +49,10 @@ PLAY = """
   gather_facts: false
   vars: {vars}
   tasks:
-    - name: Role defaults and vars
+    - name: Role defaults and vars (a static import whose tasks are all skipped)
       ansible.builtin.import_role:
         name: gpufleet.vllm.service
-        tasks_from: _defaults.yml
+      when: false
     - name: Render the template
       block:
         - name: Render
@@ -135,8 +135,8 @@ def test_percent_and_quotes_are_kept_not_refused(outcome):
     ("description_nel", "service_description"),
     ("user_tab", "service_user"),
     ("workdir_newline", "service_working_directory"),
-    ("unit_name_path", "service_unit_name"),
-    ("unit_name_newline", "service_unit_name"),
+    ("unit_name_path", "fleet_unit_name"),
+    ("unit_name_newline", "fleet_unit_name"),
 ])
 def test_the_template_refuses_a_value_that_would_start_a_line(outcome, name, variable):
     unit = outcome(name, "service")
@@ -178,7 +178,7 @@ def test_a_multi_line_argument_reaches_the_program_as_one_quoted_word(outcome):
     ("description_cr", "service_description holds a line break (U+000D)"),
     ("user_tab", "service_user holds a control character (U+0009)"),
     ("workdir_newline", "service_working_directory holds a line break"),
-    ("unit_name_path", "service_unit_name '../../../tmp/evil' holds characters a unit name cannot have"),
+    ("unit_name_path", "fleet_unit_name '../../../tmp/evil' holds characters a unit name cannot have"),
     ("extra_arg_nul", "service_extra_args[1] holds a NUL character (U+0000) at character 2"),
     ("env_key_newline", "service_environment (a key) holds a line break"),
     ("model_option", "service_model is '--trust-remote-code', which starts with '-'"),
@@ -188,6 +188,6 @@ def test_the_check_names_the_variable_before_anything_is_written(outcome, name, 
     error = outcome(name, "check")
     assert error is not None, "the check accepted %s" % name
     assert words in error
-    assert "nothing was written" in error or "service_unit_name" in error
+    assert "nothing was written" in error or "fleet_unit_name" in error
     # the value is shown escaped on one line, never raw
     assert "\n" not in error and "\r" not in error

@@ -206,7 +206,7 @@ def test_value_error_cuts_a_long_value():
     ("a:b_c.d\\x2d", "a:b_c.d\\x2d.service"),
 ])
 def test_unit_name_accepts_systemd_names(name, unit):
-    assert systemd_unit_name(name, "service_unit_name") == unit
+    assert systemd_unit_name(name, "fleet_unit_name") == unit
 
 
 @pytest.mark.parametrize("name, words", [
@@ -223,8 +223,8 @@ def test_unit_name_accepts_systemd_names(name, unit):
 ])
 def test_unit_name_refuses_what_is_not_one_unit_file_name(name, words):
     with pytest.raises(AnsibleFilterError) as err:
-        systemd_unit_name(name, "service_unit_name")
-    assert "service_unit_name" in str(err.value)
+        systemd_unit_name(name, "fleet_unit_name")
+    assert "fleet_unit_name" in str(err.value)
     assert words in str(err.value)
 
 

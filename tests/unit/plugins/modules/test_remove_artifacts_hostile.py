@@ -226,7 +226,7 @@ def test_patterns_that_match_ordinary_files_are_refused(tmp_path, run, pattern, 
 def test_default_and_role_patterns_are_accepted():
     with open(os.path.join(REPO, 'roles', 'debug_artifacts', 'defaults', 'main.yml')) as handle:
         defaults = yaml.safe_load(handle)
-    paths, dummy = artifacts.validate_options(defaults['debug_artifacts_paths'], defaults['debug_artifacts_patterns'])
+    paths, dummy = artifacts.validate_options(defaults['fleet_dump_paths'], defaults['fleet_dump_patterns'])
     assert paths == ['/tmp']
     for pattern in artifacts.DEFAULT_PATTERNS + ('*_debug_tp*.pt', '*debug*_tp*.pt', 'dump*_tp*.pt'):
         artifacts.validate_pattern(pattern)
