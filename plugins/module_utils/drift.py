@@ -57,13 +57,15 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     NvmlUnavailable,
     collect_bounded,
     expectation_given,
+    gpu_facts,
     load_pynvml,
     unavailable_result,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import strips
 
 DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
-CONFIG_POLICIES = ("auto", "strip", "keep")
 LIST_MAX = 20
 
 
@@ -283,7 +285,8 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
     already validated).  ``config_policy``: ``auto`` (the keys are drift
-    where a GPU is SM120), ``strip`` (always drift), ``keep`` (never).
+    where a GPU is SM120), ``strip`` (always drift), ``keep`` (never), decided
+    by sm120.strips(), the sm120_config role's own decision.
     ``deadline``: a bounded.Deadline for the whole run (None: 600 s).  Each
     part gets what is left of it; a part it leaves no time for is not done,
     and its cell of the row says so (and counts as drift); ``not_done``
@@ -334,10 +337,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     else:
         gpus = read_gpus(expect, venvs, call_timeout=max(0.1, min(60.0, deadline.left())))
     summary = gpus.get("summary") or {}
-    if config_policy == "auto":
-        strip = bool(summary.get("sm120"))
-    else:
-        strip = config_policy == "strip"
+    strip = strips(config_policy, gpu_facts(gpus))
     drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
                   expected_version)
 

@@ -73,8 +73,9 @@ options:
     description:
       - The files of each model directory and the key paths that must be absent, as in the O(gpufleet.vllm.model_config#module:files)
         option of M(gpufleet.vllm.model_config).
-      - Left out, C(config.json) with C(**.kv_cache_scheme) and C(hf_quant_config.json) with
+      - Left out (and O(model_keys) too), C(config.json) with C(**.kv_cache_scheme) and C(hf_quant_config.json) with
         C(quantization.kv_cache_quant_algo), both optional.
+      - Mutually exclusive with O(model_keys).
     type: list
     elements: dict
     suboptions:
@@ -94,6 +95,20 @@ options:
           - If V(true), a missing file is V(config) drift.
         type: bool
         default: false
+  model_keys:
+    description:
+      - The same as O(model_files) in the shape of the C(sm120_config) role's C(fleet_config_files) - file name
+        (relative to the model directory) mapped to the key paths that must be absent - checked with the role's own
+        code, so the audit reads the role's settings as they are.
+      - Mutually exclusive with O(model_files).
+    type: dict
+  model_required_files:
+    description:
+      - With O(model_keys), the files that must exist (the role's C(fleet_config_required_files)); a missing one is
+        V(config) drift.
+    type: list
+    elements: str
+    default: []
   model_symlinks:
     description:
       - How the C(sm120_config) role edits a config that is a symbolic link (the Hugging Face cache layout). This is
@@ -222,6 +237,10 @@ EXAMPLES = r"""
     venv: /root/ml-env
     expected_version: 0.33.0
     model_dirs: [/models/Kimi-K2.5]
+    model_keys:
+      config.json: ["**.kv_cache_scheme"]
+      hf_quant_config.json: [quantization.kv_cache_quant_algo]
+    model_required_files: [config.json]
     unit: vllm-kimi-k25.service
     nvml_venvs: [/opt/gpufleet/tools]
     expect:
@@ -439,6 +458,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import CONFIG_POLICIES, gather
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import files_problems, module_files
 
 
 def main():
@@ -455,6 +475,8 @@ def main():
                 absent=dict(type="list", elements="str", required=True),
                 required=dict(type="bool", default=False),
             )),
+            model_keys=dict(type="dict"),
+            model_required_files=dict(type="list", elements="str", default=[]),
             model_symlinks=dict(type="str", choices=["refuse", "copy", "follow"], default="copy"),
             config_policy=dict(type="str", choices=list(CONFIG_POLICIES), default="auto"),
             artifact_paths=dict(type="list", elements="path", default=list(DEFAULT_PATHS)),
@@ -471,6 +493,7 @@ def main():
             nvml_venvs=dict(type="list", elements="path", default=[]),
         ),
         required_one_of=[("venv_link", "venv")],
+        mutually_exclusive=[("model_files", "model_keys")],
         supports_check_mode=True,
     )
     params = module.params
@@ -495,6 +518,15 @@ def main():
             directory_entries("<model directory>", params["model_files"])
         except JSONEditError as exc:
             problems.append("model_files: %s" % exc.msg)
+    model_files = params["model_files"]
+    if params["model_keys"] is not None:
+        key_problems = files_problems(params["model_keys"], params["model_required_files"],
+                                      names=("model_keys", "model_required_files"))
+        problems.extend(key_problems)
+        if not key_problems:
+            model_files = module_files(params["model_keys"], params["model_required_files"])
+    elif params["model_required_files"]:
+        problems.append("model_required_files goes with model_keys (with model_files, say required: true per file).")
     problems.extend("expect: %s" % p for p in validate_expect(params["expect"] or {}))
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.drift_info: " + " ".join(
@@ -504,7 +536,7 @@ def main():
         result = gather(
             runner(READ_TIMEOUT, deadline=deadline), module.get_bin_path("systemctl") if params["unit"] else None,
             link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
-            model_dirs=params["model_dirs"], model_files=params["model_files"], symlinks=params["model_symlinks"],
+            model_dirs=params["model_dirs"], model_files=model_files, symlinks=params["model_symlinks"],
             config_policy=params["config_policy"],
             dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
                        max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,

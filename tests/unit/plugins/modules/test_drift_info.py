@@ -222,6 +222,26 @@ def test_required_file_missing_is_config_drift(host):
     assert "config" in res["row"]["drift"] and "config.json" in res["row"]["config_errors"][0]
 
 
+def test_role_shaped_keys_are_read_as_the_role_reads_them(host):
+    # the sm120_config role's fleet_config_files / fleet_config_required_files, passed as they are
+    keys = {"config.json": ["**.kv_cache_scheme"], "hf_quant_config.json": ["quantization.kv_cache_quant_algo"]}
+    rc, res = host.run(host.args(model_keys=keys, model_required_files=["config.json"]))
+    assert rc == 0, res
+    assert res["row"]["config_keys_present"] == 2 and "config" in res["row"]["drift"]
+    os.unlink(str(host.model / "config.json"))
+    rc, res = host.run(host.args(config_policy="keep", model_keys=keys, model_required_files=["config.json"]))
+    assert rc == 0
+    assert "config" in res["row"]["drift"] and "config.json" in res["row"]["config_errors"][0]
+    rc, res = host.run(host.args(config_policy="keep", model_keys=keys))
+    assert rc == 0 and res["row"]["config_errors"] == [] and "config" not in res["row"]["drift"]
+
+
+def test_model_files_and_model_keys_are_exclusive(host):
+    rc, res = host.run(host.args(model_keys={"config.json": ["a"]},
+                                 model_files=[{"name": "config.json", "absent": ["a"]}]))
+    assert rc == 1 and "mutually exclusive" in res["msg"]
+
+
 def test_stopped_unit_is_unit_drift(host):
     host.systemctl("stop", "--", UNIT)
     rc, res = host.run(host.args())
@@ -328,6 +348,10 @@ def test_driver_not_loaded_is_gpu_drift(host):
     ({"artifact_max_depth": 2}, "max_depth only applies with recursive: true"),
     ({"artifact_min_age": "soon"}, "min_age 'soon' is not understood"),
     ({"model_files": [{"name": "../config.json", "absent": ["a"]}]}, 'must not contain ".."'),
+    ({"model_keys": {"../config.json": ["a"]}}, 'model_keys must map file names relative to the model directory'),
+    ({"model_keys": {"config.json": ["a"]}, "model_required_files": ["tokenizer.json"]},
+     'model_required_files may only name files of model_keys; unknown: "tokenizer.json".'),
+    ({"model_required_files": ["config.json"]}, "model_required_files goes with model_keys"),
     ({"expect": {"compute_capability": "twelve"}}, "expect.compute_capability"),
     ({"max_list": 0}, "max_list must be 1 or more"),
 ])

@@ -1,0 +1,259 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The SM120 decision (module_utils/sm120.py) as a table of cases, and the sm120_plan module around it."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import pytest
+
+from helpers import module_runner
+from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
+from ansible_collections.gpufleet.vllm.plugins.modules import sm120_plan
+
+DIRS = ["/shared/kimi-k2.5-nvfp4"]
+BLACKWELL = {"available": True, "sm120": True, "compute_capabilities": ["12.0"]}
+H100 = {"available": True, "sm120": False, "compute_capabilities": ["9.0"]}
+MIXED = {"available": True, "sm120": True, "compute_capabilities": ["9.0", "12.0"]}
+NO_GPU = {"available": True, "sm120": False, "compute_capabilities": []}
+UNREADABLE = {"available": False, "sm120": False, "compute_capabilities": []}
+
+
+# ------------------------------------------------------------------ the policy of the role's switches
+
+
+@pytest.mark.parametrize("strip, force, policy", [
+    (True, False, "auto"),
+    (True, True, "strip"),
+    (False, False, "keep"),
+    (False, True, "keep"),  # the policy switch wins over force
+])
+def test_policy_of_the_switches(strip, force, policy):
+    assert sm120.policy_of(strip, force) == policy
+
+
+@pytest.mark.parametrize("policy, dirs, detect, needed", [
+    ("auto", DIRS, True, True),
+    ("auto", DIRS, False, False),
+    ("auto", [], True, False),
+    ("strip", DIRS, True, False),
+    ("keep", DIRS, True, False),
+])
+def test_gpus_are_read_only_when_the_decision_needs_them(policy, dirs, detect, needed):
+    assert sm120.read_gpus(policy, dirs, detect) is needed
+
+
+# ------------------------------------------------------------------ every branch of the decision
+
+CASES = [
+    # (case, decide() keyword arguments, action, sm120, words of the reason)
+    ("policy off", dict(policy="keep", gpus=BLACKWELL), "skip", True,
+     "fleet_strip_kv_cache_keys is false: the KV-cache quantization keys are kept (for vLLM builds that run "
+     "an FP8 KV cache on SM120 through the Triton MLA backend)."),
+    ("policy off, GPUs unknown", dict(policy="keep"), "skip", None, "fleet_strip_kv_cache_keys is false"),
+    ("no directory", dict(policy="auto", model_dirs=[], gpus=H100), "skip", False,
+     "fleet_model_dirs is empty: no model directory to check."),
+    ("forced on H100", dict(policy="strip", gpus=H100), "apply", False,
+     "fleet_strip_kv_cache_keys_force is true: the KV-cache quantization keys are removed whatever the GPUs report."),
+    ("forced, GPUs unknown", dict(policy="strip", detect=False), "apply", None, "fleet_strip_kv_cache_keys_force is true"),
+    ("SM120", dict(policy="auto", gpus=BLACKWELL), "apply", True,
+     "The GPUs report compute capability 12.0 (SM120): the FP8 KV-cache quantization keys are removed."),
+    ("one SM120 among others", dict(policy="auto", gpus=MIXED), "apply", True,
+     "The GPUs report compute capability 9.0, 12.0 (SM120)"),
+    ("H100", dict(policy="auto", gpus=H100), "skip", False,
+     "No GPU reports compute capability 12.x (found: 9.0): the model configs are left as they are. "
+     "Set fleet_strip_kv_cache_keys_force: true to remove the keys anyway."),
+    ("NVML answers, no GPU", dict(policy="auto", gpus=NO_GPU), "skip", False, "(found: no GPU)"),
+    ("check mode before the host tools", dict(policy="auto", check_mode=True, tools_ready=False), "preview", None,
+     "Check mode on a host without the host tools venv: the GPUs cannot be read yet, so this shows what would change "
+     "if they are SM120 (a real run installs the tools and reads the GPUs first)."),
+    ("check mode with the host tools, NVML failed", dict(policy="auto", gpus=UNREADABLE, check_mode=True,
+                                                         tools_ready=True, nvml_error="Driver Not Loaded"),
+     "skip", None, "The GPUs could not be read through NVML (Driver Not Loaded)"),
+    ("NVML failed", dict(policy="auto", gpus=UNREADABLE, tools_ready=True, nvml_error="Driver Not Loaded"), "skip",
+     None, "The GPUs could not be read through NVML (Driver Not Loaded): the model configs are left as they are. "
+           "Fix NVML, or set fleet_strip_kv_cache_keys_force: true to remove the keys without detection."),
+    ("host tools missing, real run", dict(policy="auto"), "skip", None,
+     "The GPUs could not be read through NVML (no answer)"),
+    ("no detection, no fact", dict(policy="auto", detect=False), "skip", None,
+     "sm120_config_detect is false and no gpufleet_gpus fact was gathered: the model configs are left as they are. "
+     "Set fleet_strip_kv_cache_keys_force: true to remove the keys without detection."),
+    ("no detection, fact from earlier", dict(policy="auto", detect=False, gpus=BLACKWELL), "apply", True, "12.0"),
+    ("no detection in check mode previews nothing", dict(policy="auto", detect=False, check_mode=True), "skip", None,
+     "sm120_config_detect is false"),
+]
+
+
+@pytest.mark.parametrize("case, kwargs, action, is_sm120, words", CASES, ids=[c[0] for c in CASES])
+def test_decision(case, kwargs, action, is_sm120, words):
+    kwargs = dict(kwargs)
+    decision = sm120.decide(kwargs.pop("policy"), **dict(dict(model_dirs=DIRS), **kwargs))
+    assert decision["action"] == action, decision
+    assert decision["sm120"] is is_sm120
+    assert words in decision["reason"]
+
+
+def test_an_unknown_policy_is_refused():
+    with pytest.raises(ValueError, match="policy must be one of auto, strip, keep"):
+        sm120.decide("sometimes")
+
+
+@pytest.mark.parametrize("policy, gpus, drift", [
+    ("auto", BLACKWELL, True),
+    ("auto", H100, False),
+    ("auto", UNREADABLE, False),
+    ("strip", H100, True),
+    ("keep", BLACKWELL, False),
+])
+def test_the_audit_asks_the_same_decision(policy, gpus, drift):
+    assert sm120.strips(policy, gpus) is drift
+
+
+# ------------------------------------------------------------------ the files and their keys
+
+
+def test_the_role_defaults_become_the_model_config_files_option():
+    assert sm120.files_problems(sm120.DEFAULT_FILES, sm120.DEFAULT_REQUIRED_FILES) == []
+    assert sm120.module_files(sm120.DEFAULT_FILES, sm120.DEFAULT_REQUIRED_FILES) == [
+        {"name": "config.json", "absent": ["**.kv_cache_scheme"], "required": True},
+        {"name": "hf_quant_config.json", "absent": ["quantization.kv_cache_quant_algo"], "required": False},
+    ]
+
+
+@pytest.mark.parametrize("files, required, words", [
+    ({}, [], "fleet_config_files must map file names relative to the model directory to lists of key paths such as "
+             '"**.kv_cache_scheme"; it is empty.'),
+    ({"/etc/passwd": ["root"]}, [], '"/etc/passwd" (an absolute name)'),
+    ({"../other/config.json": ["**.kv_cache_scheme"]}, [], '"../other/config.json" (a name with "..")'),
+    ({"sub/../../config.json": ["a"]}, [], 'a name with ".."'),
+    ({"": ["a"]}, [], '"" (a file name must be a non-empty string)'),
+    ({"config.json": []}, [], '"config.json" (an empty list of key paths)'),
+    ({"config.json": "**.kv_cache_scheme"}, [], '"config.json" (the key paths must be a list)'),
+    ({"config.json": ["**.kv_cache_scheme", ""]}, [], '"config.json" (key paths must be non-empty strings)'),
+    ({"config.json": [7]}, [], "key paths must be non-empty strings"),
+    ({"config.json": ["a"]}, ["config.json", "tokenizer.json"],
+     'fleet_config_required_files may only name files of fleet_config_files; unknown: "tokenizer.json".'),
+])
+def test_bad_files_are_named(files, required, words):
+    problems = sm120.files_problems(files, required)
+    assert problems and words in " ".join(problems), problems
+
+
+def test_every_bad_entry_is_named_at_once():
+    problems = sm120.files_problems({"config.json": ["a"], "../x.json": ["a"], "y.json": []}, ["z.json"])
+    assert len(problems) == 2
+    assert problems[0].endswith('entries in error: "../x.json" (a name with ".."), "y.json" (an empty list of key '
+                                'paths).')
+    assert 'unknown: "z.json".' in problems[1]
+
+
+def test_names_of_other_settings_in_the_messages():
+    problems = sm120.files_problems({"../x.json": ["a"]}, ["q.json"], names=("model_keys", "model_required_files"))
+    assert problems[0].startswith("model_keys must map") and problems[1].startswith("model_required_files may")
+
+
+# ------------------------------------------------------------------ the role's result
+
+
+def _plan(path, files, skipped=False):
+    if skipped:
+        return {"item": path, "skipped": True}
+    return {"item": path, "changed": False, "check_mode": True, "files": files,
+            "removed_count": sum(f["removed_count"] for f in files)}
+
+
+CONFIG_REMOVED = {"path": "/m/a/config.json", "removed_count": 1, "skipped": None,
+                  "removed": [{"key": "quantization_config.kv_cache_scheme", "value": {"num_bits": 8}}]}
+HF_MISSING = {"path": "/m/a/hf_quant_config.json", "removed_count": 0, "skipped": "file does not exist",
+              "removed": []}
+CLEAN = {"path": "/m/b/config.json", "removed_count": 0, "skipped": None, "removed": []}
+APPLY = {"action": "apply", "sm120": True, "reason": "The GPUs report compute capability 12.0 (SM120): ..."}
+
+
+def test_summary_takes_the_edit_where_one_was_made_and_the_plan_elsewhere():
+    plan_a = _plan("/m/a", [CONFIG_REMOVED, HF_MISSING])
+    plan_b = _plan("/m/b", [CLEAN])
+    edited = dict(plan_a, check_mode=False, changed=True,
+                  files=[dict(CONFIG_REMOVED, backup_file="/m/a/config.json.41.2025-06-01@12:00:00~"), HF_MISSING])
+    applied = [dict(edited, item=plan_a), {"item": plan_b, "skipped": True}]
+    result = sm120.summarize(APPLY, False, False, [plan_a, plan_b], applied)
+    assert result == {
+        "action": "apply", "applied": True, "sm120": True, "forced": False, "reason": APPLY["reason"],
+        "check_mode": False, "changed": True, "removed_count": 1,
+        "dirs": [
+            {"path": "/m/a", "changed": True, "removed_count": 1,
+             "removed": [{"file": "/m/a/config.json", "key": "quantization_config.kv_cache_scheme",
+                          "value": {"num_bits": 8}}],
+             "backups": ["/m/a/config.json.41.2025-06-01@12:00:00~"], "skipped_files": ["/m/a/hf_quant_config.json"]},
+            {"path": "/m/b", "changed": False, "removed_count": 0, "removed": [], "backups": [], "skipped_files": []},
+        ]}
+    assert sm120.report_lines(result) == [
+        "removed 1 key(s) in /m/a: quantization_config.kv_cache_scheme",
+        "removed 0 key(s) in /m/b: keys already absent",
+    ]
+
+
+def test_summary_in_check_mode_says_would_remove():
+    plan_a = _plan("/m/a", [CONFIG_REMOVED])
+    applied = [dict(plan_a, item=plan_a, changed=True, check_mode=True)]
+    result = sm120.summarize(dict(APPLY, action="preview", sm120=None), False, False, [plan_a], applied)
+    assert result["check_mode"] is True and result["changed"] is True and result["applied"] is False
+    assert sm120.report_lines(result) == ["would remove 1 key(s) in /m/a: quantization_config.kv_cache_scheme"]
+
+
+def test_summary_of_a_skip_has_no_directory():
+    skip = {"action": "skip", "sm120": False, "reason": "No GPU reports compute capability 12.x (found: 9.0): ..."}
+    result = sm120.summarize(skip, True, True, [_plan("/m/a", [], skipped=True)], [])
+    assert result["dirs"] == [] and result["changed"] is False and result["removed_count"] == 0
+    assert result["forced"] is True and result["check_mode"] is True and result["action"] == "skip"
+    assert sm120.report_lines(result) == []
+
+
+# ------------------------------------------------------------------ the sm120_plan module
+
+
+@pytest.fixture
+def run(capsys):
+    return module_runner(sm120_plan.main, capsys)
+
+
+def test_module_decides_from_the_gpus_and_returns_the_files(run):
+    rc, res = run({"model_dirs": DIRS + DIRS, "gpus": BLACKWELL})
+    assert rc == 0, res
+    assert res["changed"] is False
+    assert (res["policy"], res["read_gpus"], res["action"], res["sm120"]) == ("auto", True, "apply", True)
+    assert res["reason"].startswith("The GPUs report compute capability 12.0 (SM120)")
+    assert res["model_dirs"] == DIRS
+    assert res["files"][0] == {"name": "config.json", "absent": ["**.kv_cache_scheme"], "required": True}
+    assert "result" not in res
+
+
+def test_module_previews_in_check_mode_without_host_tools(run):
+    rc, res = run({"model_dirs": DIRS}, check=True)
+    assert rc == 0 and res["action"] == "preview" and res["sm120"] is None
+    rc, res = run({"model_dirs": DIRS})
+    assert rc == 0 and res["action"] == "skip" and "(no answer)" in res["reason"]
+
+
+def test_module_policy_off_needs_no_gpus(run):
+    rc, res = run({"model_dirs": DIRS, "strip_kv_cache_keys": False, "force": True})
+    assert rc == 0
+    assert (res["policy"], res["read_gpus"], res["action"]) == ("keep", False, "skip")
+
+
+def test_module_fails_on_bad_files_naming_them(run):
+    rc, res = run({"files": {"../config.json": ["**.kv_cache_scheme"]}, "required_files": ["tokenizer.json"]})
+    assert rc == 1 and res["failed"] is True and res["changed"] is False
+    assert '"../config.json" (a name with "..")' in res["msg"]
+    assert 'unknown: "tokenizer.json".' in res["msg"] and res["msg"].endswith("Nothing was changed.")
+
+
+def test_module_sums_up_the_role_result(run):
+    plan_a = _plan("/m/a", [CONFIG_REMOVED])
+    rc, res = run({"model_dirs": ["/m/a"], "force": True, "plans": [plan_a], "applied": []})
+    assert rc == 0
+    assert res["result"]["forced"] is True and res["result"]["action"] == "apply"
+    assert res["result"]["dirs"][0]["removed_count"] == 1 and res["result"]["changed"] is False
+    assert res["lines"] == ["removed 1 key(s) in /m/a: quantization_config.kv_cache_scheme"]
