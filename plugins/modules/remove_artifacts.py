@@ -157,7 +157,7 @@ msg:
   description: One-line summary.
   returned: always
   type: str
-  sample: removed 35 files (65.3 MB) from /tmp
+  sample: removed 35 file(s) (65.3 MB) from /tmp
 check_mode:
   description:
     - Whether the module ran in check mode (nothing removed). Also true for a task with C(check_mode=true) in a run
@@ -185,6 +185,34 @@ bytes_held:
   returned: always
   type: int
   sample: 0
+files:
+  description: Number of regular files among RV(count).
+  returned: always
+  type: int
+  sample: 35
+links:
+  description: Number of symbolic links among RV(count) (removed as links; their targets untouched).
+  returned: always
+  type: int
+  sample: 0
+paths:
+  description: The paths removed (in check mode, that would be removed); the first 1000.
+  returned: always
+  type: list
+  elements: str
+in_use:
+  description: The entries of RV(paths) that a running process held open (same fields as RV(removed)).
+  returned: always
+  type: list
+  elements: dict
+report:
+  description:
+    - What an operator reads, one line each - RV(msg), in check mode the paths that would go, each dump held open by a
+      process (its space is freed when the process closes it), each entry left alone with the reason.
+  returned: always
+  type: list
+  elements: str
+  sample: [removed 35 file(s) (65.3 MB) from /tmp]
 removed:
   description: The files removed; empty in check mode.
   returned: always
@@ -258,6 +286,19 @@ def _holders_text(cand):
     return ', '.join('pid %d (%s)' % (h['pid'], h['name'] or '?') for h in cand.in_use_by)
 
 
+def report_lines(result, check_mode):
+    """What an operator reads: the summary, the files in check mode, the dumps held open, what was left alone."""
+    lines = [result['msg']]
+    if check_mode and result['paths']:
+        lines.append('would remove: %s' % ', '.join(result['paths']))
+    for entry in result['in_use']:
+        lines.append('%s was held open by %s; %s, and its space is freed only when the process closes it or exits.' % (
+            entry['path'], ', '.join('pid %s (%s)' % (proc.get('pid'), proc.get('name') or '?') for proc in entry['in_use_by']),
+            'it would be removed' if check_mode else 'it was removed'))
+    lines.extend('left alone: %s: %s' % (entry.get('path'), entry.get('reason')) for entry in result.get('skipped') or [])
+    return lines
+
+
 def _facts(gone, check_mode):
     """What was removed (or, in check mode, would be): the counts and the first LIST_LIMIT entries."""
     bytes_freed = sum(c.size for c in gone)
@@ -268,6 +309,10 @@ def _facts(gone, check_mode):
         bytes_freed=bytes_freed,
         bytes_freed_human=human_bytes(bytes_freed),
         bytes_held=sum(c.size for c in gone if c.in_use_by),
+        files=len([c for c in gone if c.kind != 'link']),
+        links=len([c for c in gone if c.kind == 'link']),
+        paths=[entry['path'] for entry in listed],
+        in_use=[entry for entry in listed if entry.get('in_use_by')],
         removed=[] if check_mode else listed,
     )
     if check_mode:
@@ -380,10 +425,12 @@ def _run(module, params, paths, min_age, gone):
 
     where = ', '.join(paths)
     if count:
-        result['msg'] = '%s %d file%s (%s) from %s' % ('would remove' if module.check_mode else 'removed', count,
-                                                       '' if count == 1 else 's', human_bytes(bytes_freed), where)
+        result['msg'] = '%s %d file(s)%s (%s) from %s' % (
+            'would remove' if module.check_mode else 'removed', result['files'],
+            ' and %d link(s)' % result['links'] if result['links'] else '', human_bytes(bytes_freed), where)
     else:
         result['msg'] = 'nothing to remove in %s' % where
+    result['report'] = report_lines(result, module.check_mode)
     if bytes_held:
         module.warn('%d removed file(s) (%s) are still held open by running processes; their space is freed '
                     'only when those processes close them or exit.'

@@ -71,7 +71,8 @@ def test_removes_the_35_reference_dumps(dumpdir, run):
     assert result['bytes_freed'] == REFERENCE_BYTES
     assert result['bytes_freed_human'] == '65.3 MB'
     assert result['bytes_held'] == 0
-    assert result['msg'] == 'removed 35 files (65.3 MB) from %s' % dumpdir
+    assert result['msg'] == 'removed 35 file(s) (65.3 MB) from %s' % dumpdir
+    assert result['report'] == [result['msg']] and (result['files'], result['links']) == (35, 0)
     assert _names(dumpdir) == KEEP
     sizes = dict((os.path.basename(r['path']), r['size']) for r in result['removed'])
     assert sizes['embed_debug_tp3.pt'] == EMBED
@@ -90,7 +91,8 @@ def test_check_mode_lists_and_removes_nothing(dumpdir, run):
     assert result['removed'] == []
     assert sorted(os.path.basename(r['path']) for r in result['would_remove']) == [
         n for n in before if n not in KEEP]
-    assert result['msg'].startswith('would remove 35 files')
+    assert result['msg'].startswith('would remove 35 file(s)')
+    assert result['report'][1].startswith('would remove: ')
     assert _names(dumpdir) == before
 
 

@@ -224,7 +224,7 @@ def test_patterns_that_match_ordinary_files_are_refused(tmp_path, run, pattern, 
 
 
 def test_default_and_role_patterns_are_accepted():
-    with open(os.path.join(REPO, 'roles', 'debug_artifacts', 'defaults', 'main.yml')) as handle:
+    with open(os.path.join(REPO, 'roles', 'fleet', 'defaults', 'main.yml')) as handle:
         defaults = yaml.safe_load(handle)
     paths, dummy = artifacts.validate_options(defaults['fleet_dump_paths'], defaults['fleet_dump_patterns'])
     assert paths == ['/tmp']
