@@ -21,9 +21,9 @@ from helpers import run_plays
 
 REPORT = {
     "hosts": [
-        {"host": "gpu-a01", "drift": ["integrity", "dumps"], "build": "vllm 0.33.0", "dumps": 35, "unit_state": "active"},
-        {"host": "gpu-a02", "drift": [], "build": "vllm 0.33.0", "dumps": 0, "unit_state": "active"},
-        {"host": "gpu-a03", "drift": ["build"], "build": "vllm 0.32.1", "dumps": 0, "unit_state": "failed"},
+        {"host": "gpu-a01", "drift": ["integrity", "dumps"], "build": "0.33.0", "dumps": 35, "unit_state": "active"},
+        {"host": "gpu-a02", "drift": [], "build": "0.33.0", "dumps": 0, "unit_state": "active"},
+        {"host": "gpu-a03", "drift": ["build"], "build": "0.32.1", "dumps": 0, "unit_state": "failed"},
     ],
     "not_audited": [{"host": "gpu-a04", "reason": "unreachable, or no answer"}],
 }
@@ -33,7 +33,7 @@ REPORT = {
     ("hosts[?drift].host", ["gpu-a01", "gpu-a03"]),
     ("hosts[?!drift].host", ["gpu-a02"]),
     ("hosts[?contains(drift, 'dumps')].host", ["gpu-a01"]),
-    ("hosts[?build != 'vllm 0.33.0'].{host: host, build: build}", [{"host": "gpu-a03", "build": "vllm 0.32.1"}]),
+    ("hosts[?build != '0.33.0'].{host: host, build: build}", [{"host": "gpu-a03", "build": "0.32.1"}]),
     ("hosts[?dumps > `0`] | [0].dumps", 35),
     ("length(hosts[?drift])", 2),
     ("sum(hosts[*].dumps)", 35),
@@ -76,7 +76,7 @@ def test_bad_expression(expression, message):
 @pytest.mark.parametrize("expression, message", [
     ("length(hosts[0].dumps)", "In function length(), invalid type for value: 35, expected one of: "
                                "['string', 'array', 'object'], received: \"number\""),
-    ("sum(hosts[*].build)", "In function sum(), invalid type for value: vllm 0.33.0, expected one of: ['array-number'], "
+    ("sum(hosts[*].build)", "In function sum(), invalid type for value: 0.33.0, expected one of: ['array-number'], "
                             "received: \"str\""),
 ])
 def test_expression_that_fails_on_the_data(expression, message):
@@ -108,8 +108,8 @@ PLAYS = """
     report:
       hosts:
         - {host: gpu-a01, drift: [integrity], build: "{{ build }}"}
-        - {host: gpu-a02, drift: [], build: vllm 0.33.0}
-    build: vllm 0.32.1
+        - {host: gpu-a02, drift: [], build: 0.33.0}
+    build: 0.32.1
     expression: "hosts[?contains(build, '0.32')].host"
   tasks:
     - name: Run the queries
@@ -142,7 +142,7 @@ def test_in_real_templates(tmp_path):
     assert results == {
         "drifted": ["gpu-a01"],
         "by_build": ["gpu-a01"],
-        "lengths": [11, 11],
+        "lengths": [6, 6],
         "ok": "",
         "bad": "not a valid JMESPath expression (Incomplete expression, at character 13): hosts[?drift",
     }
