@@ -27,7 +27,7 @@ try:
     from jmespath import exceptions as jmespath_exceptions
     from jmespath import functions as jmespath_functions
 except ImportError:  # pragma: no cover - the control-node requirements pin jmespath
-    jmespath = None
+    jmespath = jmespath_exceptions = jmespath_functions = None
 
 # deeper than any report of this collection; a bound on the walk of the data and of the expression
 MAX_DEPTH = 100
@@ -108,7 +108,7 @@ def _plain(value, depth=0):
     if isinstance(value, float):
         return float(value)
     if isinstance(value, Mapping):
-        return dict((_plain(key, depth + 1), _plain(item, depth + 1)) for key, item in value.items())
+        return {_plain(key, depth + 1): _plain(item, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(item, depth + 1) for item in value]
     return value
