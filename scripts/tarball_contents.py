@@ -9,7 +9,8 @@
 Every entry of the tarball must sit under one of the allowed places below
 (what a user runs, reads or copies); anything else (tests, molecule,
 scripts, benchmarks, caches, byte code, the repository's own tool settings)
-is named, one line per unexpected top-level entry with its file count, and
+is named, one line per unexpected entry (the outermost path outside the
+allow-list, or a hidden or byte-code path anywhere) with its count, and
 the exit status is 1. scripts/test.sh runs this in its build stage.
 """
 
@@ -21,22 +22,21 @@ import tarfile
 ALLOWED_FILES = ("MANIFEST.json", "FILES.json", "README.md")
 # directories whose whole content belongs to the collection
 ALLOWED_DIRS = ("plugins", "roles", "playbooks", "meta", "docs", "LICENSES", "changelogs", "inventories/example")
-# never in a tarball, wherever they are
-FORBIDDEN_PARTS = ("__pycache__", ".pytest_cache", ".git")
+# never in a tarball, wherever they are (nor any hidden file or directory)
+FORBIDDEN_PARTS = ("__pycache__",)
 FORBIDDEN_SUFFIXES = (".pyc", ".pyo", ".retry", ".tar.gz")
 
 
 def _parts(name):
-    name = name[2:] if name.startswith("./") else name
-    return [part for part in name.split("/") if part]
+    return [part for part in name.split("/") if part not in ("", ".")]
 
 
 def _outside(parts):
     """None when the entry may ship, else (the outermost path outside the
     allow-list, whether that path is a directory)."""
     for index, part in enumerate(parts):
-        if part in FORBIDDEN_PARTS:
-            return "/".join(parts[:index + 1]), True
+        if part in FORBIDDEN_PARTS or part.startswith("."):
+            return "/".join(parts[:index + 1]), index + 1 < len(parts)
     path = "/".join(parts)
     if (len(parts) == 1 and path in ALLOWED_FILES) or any(
             # the directory itself, anything under it, or a parent on the way

@@ -32,7 +32,7 @@ CLEAN = [
 
 @pytest.mark.parametrize("names, expected", [
     (CLEAN, {}),
-    (["./MANIFEST.json", "./plugins/modules/drift_info.py"], {}),
+    (["./", "./MANIFEST.json", "./plugins/modules/drift_info.py"], {}),
     # the simulated fleet's inventory, its directory entry and its files: one line
     (CLEAN + ["inventories/local/", "inventories/local/hosts.yml", "inventories/local/group_vars/vllm_fleet.yml"],
      {"inventories/local/": 3}),
@@ -50,8 +50,13 @@ CLEAN = [
     (CLEAN + ["example/hosts.yml", "docs.md", "roles_extra/x.yml"],
      {"example/": 1, "docs.md": 1, "roles_extra/": 1}),
     (CLEAN + ["inventories/README.md"], {"inventories/README.md": 1}),
+    # hidden files and directories anywhere (pytest, hypothesis and editors leave them)
+    (CLEAN + [".benchmarks/", ".hypothesis/examples/0a1b", "plugins/modules/.drift_info.py.swp", "roles/service/.DS_Store",
+              "docs/.notes/todo.md"],
+     {".benchmarks/": 1, ".hypothesis/": 1, "plugins/modules/.drift_info.py.swp": 1, "roles/service/.DS_Store": 1,
+      "docs/.notes/": 1}),
 ], ids=["clean", "dot-slash", "sim-inventory", "tests", "dev-dirs", "caches-and-settings",
-        "pycache", "byte-code", "look-alikes", "inventories-file"])
+        "pycache", "byte-code", "look-alikes", "inventories-file", "hidden"])
 def test_unexpected(names, expected):
     assert contents.unexpected(names) == expected
 
