@@ -10,13 +10,13 @@
 Run `scripts/bootstrap.sh` once first (the host image and the wheelhouse).
 The script makes its own fleet of --hosts dirty simulated hosts (podman
 containers bench-gpu-1..N, through scripts/sim_fleet.sh, with the
-inventories/local group_vars), then, with scripts/lib.sh's environment:
+tests/sim/inventory group_vars), then, with scripts/lib.sh's environment:
 
 1. the audit of 1 host and the audit of all N hosts (read-only; each twice,
    the faster run counts), as an operator runs them (ansible-playbook's own
    start included);
 2. the rollout of the first --rollout-hosts hosts (canary, then batches as
-   inventories/local says), the stand-in loading --load-seconds;
+   tests/sim/inventory says), the stand-in loading --load-seconds;
 3. the same rollout again on the now converged hosts.
 
 Both rollouts leave out the benchmark step (rollout_benchmark=never), which
@@ -72,7 +72,7 @@ def write_inventory(directory, hosts):
         f.write("---\n# bench_rollout.py's simulated fleet\nall:\n  children:\n    vllm_fleet:\n      hosts:\n")
         for name in hosts:
             f.write("        %s:\n" % name)
-    os.symlink(os.path.join(REPO, "inventories", "local", "group_vars"), os.path.join(directory, "group_vars"))
+    os.symlink(os.path.join(REPO, "tests", "sim", "inventory", "group_vars"), os.path.join(directory, "group_vars"))
 
 
 def playbook(env, inventory, name, limit, extra, log):

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # The main job on the simulated fleet: bring up three "dirty" GPU hosts
-# (inventories/local) and run the rollout playbook against them.
+# (tests/sim/inventory) and run the rollout playbook against them.
 #   scripts/demo.sh            set up what is missing, then roll out (hosts
 #                              that are already up are rolled out as they
 #                              are: a second run finds them converged)
@@ -29,5 +29,5 @@ else
   "$REPO_ROOT/scripts/sim_fleet.sh" up
 fi
 
-log "ansible-playbook playbooks/rollout.yml -i inventories/local $*"
-exec ansible-playbook -i inventories/local playbooks/rollout.yml "$@"
+log "ansible-playbook playbooks/rollout.yml -i tests/sim/inventory $*"
+exec ansible-playbook -i tests/sim/inventory playbooks/rollout.yml "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
-# ansible-playbook on the simulated fleet (inventories/local), with what
+# ansible-playbook on the simulated fleet (tests/sim/inventory), with what
 # scripts/bootstrap.sh set up: the control node's .venv, this repository's
 # ansible.cfg, the collection and the simulated hosts' connection, the
 # wheelhouse. For example, after scripts/demo.sh:
@@ -17,4 +17,4 @@ cd "$REPO_ROOT"
 (($#)) || die "usage: scripts/playbook.sh PLAYBOOK [ansible-playbook options] (e.g. playbooks/audit.yml)"
 [[ -x "$VENV/bin/ansible-playbook" ]] || die "no $VENV/bin/ansible-playbook yet: run scripts/demo.sh (or scripts/bootstrap.sh) first"
 [[ -s "$GPUFLEET_CACHE/host-image" ]] || die "the simulated fleet is not set up yet: run scripts/demo.sh first"
-exec "$VENV/bin/ansible-playbook" -i inventories/local "$@"
+exec "$VENV/bin/ansible-playbook" -i tests/sim/inventory "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
-# The simulated fleet of inventories/local:
+# The simulated fleet of tests/sim/inventory:
 #   scripts/sim_fleet.sh up       create missing hosts and make them "dirty"
 #   scripts/sim_fleet.sh reset    destroy and recreate them, dirty again
 #   scripts/sim_fleet.sh down     destroy them
@@ -17,7 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 read -r -a HOSTS <<<"${GPUFLEET_SIM_HOSTS:-sim-gpu-1 sim-gpu-2 sim-gpu-3}"
-INVENTORY="${GPUFLEET_SIM_INVENTORY:-inventories/local}"
+INVENTORY="${GPUFLEET_SIM_INVENTORY:-tests/sim/inventory}"
 IMAGE="${GPUFLEET_HOST_IMAGE:-$(cat "$GPUFLEET_CACHE/host-image" 2>/dev/null || true)}"
 
 down() {

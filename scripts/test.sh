@@ -66,6 +66,8 @@ stage_build() {
   local out="$REPO_ROOT/.cache/build"
   rm -rf "$out" && mkdir -p "$out/collections"
   ansible-galaxy collection build --force --output-path "$out" "$REPO_ROOT" &&
+  # the tarball holds the collection only (no tests, molecule, scripts, ...)
+  python "$REPO_ROOT/scripts/tarball_contents.py" "$out"/gpufleet-vllm-*.tar.gz &&
   ansible-galaxy collection install --force -p "$out/collections" "$out"/gpufleet-vllm-*.tar.gz &&
   # the installed tarball, not the checkout, answers by FQCN
   ANSIBLE_COLLECTIONS_PATH="$out/collections" python -m pytest -q -p no:cacheprovider \

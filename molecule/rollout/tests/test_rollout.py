@@ -133,7 +133,7 @@ def test_first_rollout_benchmarked_the_canary_next_to_the_summary():
     first = rows(report("first", "summary.json"))
     canary = first["rollout-1"]
     # the real `vllm bench serve` against the stand-in: 82 tok/s per stream,
-    # 2,276 tok/s in all (inventories/local: levels 1 and 64)
+    # 2,276 tok/s in all (tests/sim/inventory: levels 1 and 64)
     assert canary["benchmark"] == "ok", canary
     assert 0.9 * 82 <= canary["single_stream_tok_s"] <= 1.03 * 82
     assert 0.9 * 2276 <= canary["peak_tok_s"] <= 1.03 * 2276
