@@ -6,88 +6,18 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import re
-
 from ansible.errors import AnsibleFilterError
 
-# control characters (C0 with newline and tab, DEL, C1, Unicode line and paragraph separators)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape(match):
-    char = match.group()
-    return _NAMED.get(char) or ("\\x%02x" % ord(char) if ord(char) < 0x100 else "\\u%04x" % ord(char))
-
-
-def _text(value):
-    """VALUE on one line: control characters (newlines, terminal escapes) as visible escapes, odd bytes escaped."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "backslashreplace")
-    elif not isinstance(value, str):
-        value = str(value)
-    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return _CONTROL.sub(_escape, value)
-
-
-def _texts(values):
-    if isinstance(values, (list, tuple)):
-        return ", ".join(_text(value) for value in values)
-    return _text(values)
-
-
-def _int(value):
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError, OverflowError):
-        return 0
-
-
-def _num(value, fmt):
-    if value is None or value == "":
-        return None
-    try:
-        return fmt % float(value)
-    except (TypeError, ValueError, OverflowError):
-        return _text(value)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
+    as_int, host_line, one_line, one_line_list,
+)
 
 
 def rollout_line(row):
     """One line of the rollout summary for one host (see rollout_line.yml)."""
     if not isinstance(row, dict):
         raise AnsibleFilterError("rollout_line expects a summary row (a dict), got %s" % type(row).__name__)
-    host = _text(row.get("host", "?"))
-    status = row.get("status", "?")
-    parts = []
-    before, after = _text(row.get("build_before") or ""), _text(row.get("build_after") or "")
-    if before or after:
-        parts.append("vllm %s" % before if before == after or not after else "vllm %s -> %s" % (before or "?", after))
-    if row.get("pristine_before") is False:
-        parts.append("was NOT pristine")
-    downtime = _num(row.get("downtime_s"), "%.1f")
-    if downtime is not None:
-        parts.append("downtime %s s" % downtime)
-    if row.get("artifacts_removed") is not None:
-        parts.append("%s dumps removed%s" % (
-            _text(row["artifacts_removed"]), " (%s)" % _text(row["artifacts_bytes"]) if row.get("artifacts_bytes") else ""))
-    if row.get("config_keys_removed") is not None:
-        parts.append("%s config keys removed" % _text(row["config_keys_removed"]))
-    if row.get("pristine") is not None:
-        parts.append("pristine" if row["pristine"] else "NOT pristine")
-    single, peak = _num(row.get("single_stream_tok_s"), "%.1f"), _num(row.get("peak_tok_s"), "%.0f")
-    if single is not None or peak is not None:
-        parts.append("%s tok/s single stream, %s tok/s peak" % (single or "-", peak or "-"))
-    if row.get("benchmark") not in (None, "", "ok"):
-        # regressed (kept with benchmark_on_regression=warn) or failed: the figures alone do not say so
-        parts.append("benchmark %s" % _text(row["benchmark"]))
-    line = "%s: %s" % (host, _text(status))
-    if parts:
-        line += ", " + ", ".join(parts)
-    if status == "untouched" and row.get("needed"):
-        line += " (needs: %s)" % _texts(row["needed"])
-    if row.get("failure"):
-        line += " -- " + _text(row["failure"])
-    return line
+    return host_line(row)
 
 
 def audit_line(row):
@@ -95,24 +25,197 @@ def audit_line(row):
     if not isinstance(row, dict):
         raise AnsibleFilterError("audit_line expects a drift row (a dict), got %s" % type(row).__name__)
     if "drift" not in row and "reason" in row:
-        return "%s: not audited: %s" % (_text(row.get("host", "?")), _text(row["reason"]))
+        return "%s: not audited: %s" % (one_line(row.get("host", "?")), one_line(row["reason"]))
     drift = row.get("drift") or []
-    parts = ["DRIFT: " + _texts(drift) if drift else "no drift"]
+    parts = ["DRIFT: " + one_line_list(drift) if drift else "no drift"]
     if row.get("build"):
-        parts.append("vllm %s" % _text(row["build"]))
-    parts.append(_text(row.get("integrity") or "integrity unknown"))
-    if _int(row.get("config_keys_present")):
-        parts.append("%s SM120 KV-cache keys present" % _text(row["config_keys_present"]))
-    if _int(row.get("dumps")):
-        parts.append("%s debug dumps (%s)" % (_text(row["dumps"]), _text(row.get("dumps_bytes", "?"))))
-    parts.append("%s %s" % (_text(row.get("unit", "unit")), _text(row.get("unit_state", "unknown"))))
+        parts.append("vllm %s" % one_line(row["build"]))
+    parts.append(one_line(row.get("integrity") or "integrity unknown"))
+    if as_int(row.get("config_keys_present")):
+        parts.append("%s SM120 KV-cache keys present" % one_line(row["config_keys_present"]))
+    if as_int(row.get("dumps")):
+        parts.append("%s debug dumps (%s)" % (one_line(row["dumps"]), one_line(row.get("dumps_bytes", "?"))))
+    parts.append("%s %s" % (one_line(row.get("unit", "unit")), one_line(row.get("unit_state", "unknown"))))
     # every problem, whole: the line is what an operator acts on
     for problems in (row.get("config_errors"), row.get("gpu_problems")):
         if problems:
-            parts.extend(_text(problem) for problem in (problems if isinstance(problems, (list, tuple)) else [problems]))
-    return "%s: %s" % (_text(row.get("host", "?")), ", ".join(parts))
+            parts.extend(one_line(problem) for problem in (problems if isinstance(problems, (list, tuple)) else [problems]))
+    return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
+
+
+# --- the rollout's decisions (playbooks/rollout.yml) ------------------------------------------------------------------
+
+BENCHMARK_WHEN = ("changed", "always", "never")
+
+
+def _bool(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
+
+
+def _get(mapping, key, default=None):
+    """MAPPING[KEY] for a dict or a hostvars entry; DEFAULT when missing or undefined."""
+    try:
+        value = mapping[key]
+    except (KeyError, TypeError, IndexError):
+        return default
+    except Exception:  # an undefined variable in a lazy hostvars entry  # pylint: disable=broad-exception-caught
+        return default
+    return default if value is None and default is not None else value
+
+
+def rollout_needs(plan, target_version=None, unit_changed=False, unit_active=True, ready=None, force_restart=False,
+                  force_build=False, benchmark="changed"):
+    """What a host needs, from one gpufleet.vllm.drift_info result (the audit's code) and the unit's check.
+
+    One entry per reason, in the order of the rollout's steps; an empty list means converged.
+    """
+    if not isinstance(plan, dict) or not isinstance(plan.get("row"), dict):
+        raise AnsibleFilterError("rollout_needs expects a gpufleet.vllm.drift_info result with a 'row', got %s"
+                                 % (type(plan).__name__ if not isinstance(plan, dict) else one_line(plan.get("msg", "no row"))))
+    if benchmark not in BENCHMARK_WHEN:
+        raise AnsibleFilterError("rollout_benchmark must be one of %s, got %s" % (", ".join(BENCHMARK_WHEN), one_line(benchmark)))
+    row = plan["row"]
+    needs = []
+    if _bool(force_restart):
+        needs.append("restart (forced)")
+    build, pristine = row.get("build") or "", bool(row.get("pristine"))
+    if target_version and (build != target_version or not pristine or _bool(force_build)):
+        why = ("forced" if build == target_version and pristine else
+               "files modified" if build == target_version else
+               "from %s" % one_line(build) if build else "no build found")
+        needs.append("build %s (%s)" % (one_line(target_version), why))
+    keys = as_int(row.get("config_keys_present"))
+    if row.get("config_errors"):
+        needs.append("config (%s)" % one_line_list(row["config_errors"]))
+    elif keys and row.get("config_policy") == "strip":
+        needs.append("config (%d key%s)" % (keys, "" if keys == 1 else "s"))
+    if _bool(unit_changed):
+        needs.append("unit file")
+    if not _bool(unit_active):
+        needs.append("start (unit not running)")
+    if isinstance(ready, dict) and not ready.get("ready"):
+        msg = one_line(ready.get("msg") or "no answer")
+        needs.append("readiness (%s)" % (msg if len(msg) <= 80 else msg[:77] + "..."))
+    dumps = as_int(row.get("dumps"))
+    if dumps:
+        needs.append("dumps (%d)" % dumps)
+    if benchmark == "always":
+        needs.append("benchmark (always)")
+    return needs
+
+
+def rollout_pending(targets, hostvars):
+    """The TARGETS (in their order) whose plan says they need something."""
+    return [host for host in targets or [] if host in hostvars and _get(hostvars[host], "rollout_needs", [])]
+
+
+def rollout_failed_hosts(hosts, hostvars):
+    """The HOSTS whose rollout failed in this run."""
+    return [host for host in hosts or [] if host in hostvars and _bool(_get(hostvars[host], "rollout_failed", False))]
+
+
+def rollout_cutover_state(service_result, cutover=None):
+    """How far the host got before a failure: was the server stopped, was the link moved.
+
+    CUTOVER is what the rollout noted after a cutover that succeeded (empty when none did);
+    SERVICE_RESULT is the service role's last result (a failed cutover records how far it got there).
+    """
+    done = isinstance(cutover, dict) and bool(cutover)
+    failed = isinstance(service_result, dict) and _bool(service_result.get("cutover")) and service_result.get("state") == "failed"
+    stopped = done or (failed and _bool(service_result.get("stopped", True)))
+    moved = (done and _bool(cutover.get("switched"))) or (failed and _bool(service_result.get("switched")))
+    return {"stopped": stopped, "link_moved": moved}
+
+
+def rollout_status(facts):
+    """The summary's status of one host from its notes (FACTS: a dict or a hostvars entry)."""
+    if _bool(_get(facts, "rollout_rolled_back", False)):
+        return "FAILED, rolled back"
+    if _bool(_get(facts, "rollout_failed", False)):
+        return "FAILED"
+    if not _get(facts, "rollout_needs", []):
+        return "unchanged"
+    if not _get(facts, "rollout_batch", []):
+        return "untouched"
+    return "updated" if _bool(_get(facts, "rollout_restart", False)) else "unchanged"
+
+
+def _num_or_none(value):
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def rollout_row(host, facts):
+    """One row of the summary (summary.json) for HOST from its notes."""
+    status = rollout_status(facts)
+    plan_row = _get(_get(facts, "rollout_plan", {}) or {}, "row", {}) or {}
+    # what the plan read (drift_info) is the state before; a batch's integrity check is the state after
+    integrity = _get(facts, "rollout_integrity", {}) or {}
+    cutover = _get(facts, "rollout_cutover", {}) or {}
+    service = _get(facts, "service_result", {}) or {}
+    done = status not in ("untouched",) and bool(_get(facts, "rollout_batch", []))
+    dumps = _get(facts, "debug_artifacts_result", {}) or {} if done else {}
+    config = _get(facts, "sm120_config_result", {}) or {} if done else {}
+    bench = _get(facts, "benchmark_result", {}) or {}
+    rolled_back = status == "FAILED, rolled back"
+    failure = _get(facts, "rollout_failure", "") or ""
+    rollback_failure = _get(facts, "rollout_rollback_failure", "") or ""
+    if rollback_failure:
+        failure = "%s; the rollback failed as well: %s" % (failure, rollback_failure)
+    before = plan_row.get("build") or ""
+    return {
+        "host": host,
+        "status": status,
+        "needed": list(_get(facts, "rollout_needs", []) or []),
+        "build_before": before,
+        "pristine_before": plan_row.get("pristine") if plan_row else None,
+        "build_after": integrity.get("version") or (before if status == "unchanged" else ""),
+        "serving_env": (service.get("link_after") if rolled_back else cutover.get("link_after")) or plan_row.get("environment") or "",
+        "downtime_s": _num_or_none(cutover.get("downtime_seconds")),
+        "load_s": _num_or_none(cutover.get("load_seconds")),
+        "artifacts_removed": dumps.get("count") if done and dumps else None,
+        "artifacts_bytes": dumps.get("bytes_freed_human", "") if done and dumps else "",
+        "config_keys_removed": config.get("removed_count") if done and config else None,
+        "pristine": integrity.get("pristine") if integrity else (plan_row.get("pristine") if status == "unchanged" and plan_row else None),
+        "single_stream_tok_s": _num_or_none(bench.get("single_stream_tok_s")),
+        "peak_tok_s": _num_or_none(bench.get("peak_tok_s")),
+        "benchmark": bench.get("status") or None,
+        "failure": failure,
+    }
+
+
+def rollout_rows(targets, hostvars):
+    """The summary's rows, one per target host, in the targets' order."""
+    return [rollout_row(host, hostvars[host] if host in hostvars else {}) for host in targets or []]
+
+
+def rollout_batches(targets, hostvars):
+    """The batches in the order they ran (the first is the canary), from each host's note of its batch."""
+    batches = []
+    for host in targets or []:
+        batch = list(_get(hostvars[host], "rollout_batch", []) or []) if host in hostvars else []
+        if batch and batch not in batches:
+            batches.append(batch)
+    return batches
 
 
 class FilterModule(object):
     def filters(self):
-        return {"rollout_line": rollout_line, "audit_line": audit_line}
+        return {
+            "rollout_line": rollout_line,
+            "audit_line": audit_line,
+            "rollout_needs": rollout_needs,
+            "rollout_pending": rollout_pending,
+            "rollout_failed_hosts": rollout_failed_hosts,
+            "rollout_cutover_state": rollout_cutover_state,
+            "rollout_rows": rollout_rows,
+            "rollout_batches": rollout_batches,
+        }

@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout's summary as Markdown (summary.md) and JSON (summary.json), from its rows.
+
+Pure functions: the gpufleet.vllm.rollout_summary module writes what they return.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import re
+
+COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
+           "config keys removed", "vLLM files after", "1-stream tok/s", "peak tok/s", "benchmark")
+ALIGN = ("---", "---", "---", "---", "---", "---:", "---", "---:", "---", "---:", "---:", "---")
+DASH = "-"
+
+
+# control characters (C0 with newline and tab, DEL, C1, Unicode line and paragraph separators)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match):
+    char = match.group()
+    return _NAMED.get(char) or ("\\x%02x" % ord(char) if ord(char) < 0x100 else "\\u%04x" % ord(char))
+
+
+def one_line(value):
+    """VALUE on one line: control characters (newlines, terminal escapes) as visible escapes, odd bytes escaped."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "backslashreplace")
+    elif not isinstance(value, str):
+        value = str(value)
+    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(_escape, value)
+
+
+def one_line_list(values):
+    if isinstance(values, (list, tuple)):
+        return ", ".join(one_line(value) for value in values)
+    return one_line(values)
+
+
+def as_int(value):
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _num(value, fmt):
+    if value is None or value == "":
+        return None
+    try:
+        return fmt % float(value)
+    except (TypeError, ValueError, OverflowError):
+        return one_line(value)
+
+
+def cell(value):
+    """VALUE as one Markdown table cell: one line (control characters as visible escapes), pipes escaped."""
+    if value is None or value == "":
+        return DASH
+    return one_line(value).replace("|", "\\|")
+
+
+def _fmt(value, fmt):
+    if value is None or value == "":
+        return DASH
+    try:
+        return fmt % float(value)
+    except (TypeError, ValueError, OverflowError):
+        return cell(value)
+
+
+def _files(flag, upper=False):
+    if flag is None:
+        return DASH
+    if flag:
+        return "pristine"
+    return "MODIFIED" if upper else "modified"
+
+
+def row_cells(row):
+    dumps = DASH
+    if row.get("artifacts_removed") is not None:
+        dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
+    return [cell(row.get("host")), cell(row.get("status")), cell(row.get("build_before")), _files(row.get("pristine_before")),
+            cell(row.get("build_after")), _fmt(row.get("downtime_s"), "%.1f"), dumps,
+            cell(row.get("config_keys_removed")), _files(row.get("pristine"), upper=True),
+            _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
+
+
+def batches_line(batches):
+    """The batches in one line, for the Markdown and the play output."""
+    return " -> ".join(", ".join(cell(host) for host in batch) for batch in batches or [])
+
+
+def markdown(rows, batches, benchmark_report=None):
+    """summary.md: the table, the batches, each failure in full, the link to the benchmark's report."""
+    out = ["# Rollout summary", "", "| %s |" % " | ".join(COLUMNS), "|%s|" % "|".join(ALIGN)]
+    out.extend("| %s |" % " | ".join(row_cells(row)) for row in rows)
+    out.extend(["", "Batches, in the order they ran: %s." % (batches_line(batches) or "none (no host needed anything)")])
+    for row in rows:
+        if row.get("failure"):
+            out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
+    if benchmark_report:
+        out.extend(["", "Benchmark of the restarted hosts (`vllm bench serve`, baselines, plot): [%s](%s)"
+                    % (benchmark_report, benchmark_report)])
+    return "\n".join(out) + "\n"
+
+
+def failed_hosts(rows):
+    return [row.get("host") for row in rows if str(row.get("status", "")).startswith("FAILED")]
+
+
+def summary_json(rows, batches, benchmark_report=None):
+    return json.dumps({"hosts": rows, "batches": batches, "benchmark_report": benchmark_report}, indent=4, sort_keys=True) + "\n"
+
+
+def host_line(row):
+    """One line of the rollout summary for one host (the filter gpufleet.vllm.rollout_line)."""
+    host = one_line(row.get("host", "?"))
+    status = row.get("status", "?")
+    parts = []
+    before, after = one_line(row.get("build_before") or ""), one_line(row.get("build_after") or "")
+    if before or after:
+        parts.append("vllm %s" % before if before == after or not after else "vllm %s -> %s" % (before or "?", after))
+    if row.get("pristine_before") is False:
+        parts.append("was NOT pristine")
+    downtime = _num(row.get("downtime_s"), "%.1f")
+    if downtime is not None:
+        parts.append("downtime %s s" % downtime)
+    if row.get("artifacts_removed") is not None:
+        parts.append("%s dumps removed%s" % (
+            one_line(row["artifacts_removed"]), " (%s)" % one_line(row["artifacts_bytes"]) if row.get("artifacts_bytes") else ""))
+    if row.get("config_keys_removed") is not None:
+        parts.append("%s config keys removed" % one_line(row["config_keys_removed"]))
+    if row.get("pristine") is not None:
+        parts.append("pristine" if row["pristine"] else "NOT pristine")
+    single, peak = _num(row.get("single_stream_tok_s"), "%.1f"), _num(row.get("peak_tok_s"), "%.0f")
+    if single is not None or peak is not None:
+        parts.append("%s tok/s single stream, %s tok/s peak" % (single or "-", peak or "-"))
+    if row.get("benchmark") not in (None, "", "ok"):
+        # regressed (kept with benchmark_on_regression=warn) or failed: the figures alone do not say so
+        parts.append("benchmark %s" % one_line(row["benchmark"]))
+    line = "%s: %s" % (host, one_line(status))
+    if parts:
+        line += ", " + ", ".join(parts)
+    if status == "untouched" and row.get("needed"):
+        line += " (needs: %s)" % one_line_list(row["needed"])
+    if row.get("failure"):
+        line += " -- " + one_line(row["failure"])
+    return line

@@ -1,0 +1,142 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: rollout_summary
+short_description: Write the rollout's summary (summary.md, summary.json) into the run's report directory
+version_added: 0.1.0
+description:
+  - Writes the summary of a rollout run, one row per host, as a Markdown table (C(summary.md)) and as JSON
+    (C(summary.json)) into O(path), and returns one readable line per host for the play output.
+  - The rows come from the filter P(gpufleet.vllm.rollout_rows#filter); the playbook P(gpufleet.vllm.rollout#playbook)
+    runs this module once, on the control node.
+  - Every value is written on one line of the table (control characters escaped, C(|) escaped), so a host name or a
+    failure message cannot break the table.
+  - Both files are written atomically (a temporary file renamed over the old one).
+options:
+  path:
+    description: The run's report directory; created when missing.
+    type: path
+    required: true
+  rows:
+    description: One dict per host, as P(gpufleet.vllm.rollout_rows#filter) returns them.
+    type: list
+    elements: dict
+    required: true
+  batches:
+    description: The batches in the order they ran (lists of host names); the first is the canary.
+    type: list
+    elements: list
+    default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: In check mode nothing is written; the lines are returned all the same.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+seealso:
+  - module: gpufleet.vllm.bench_report
+author:
+  - gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Write the summary on the control node
+  gpufleet.vllm.rollout_summary:
+    path: "{{ gpufleet_report_dir }}"
+    rows: "{{ rollout_targets | gpufleet.vllm.rollout_rows(hostvars) }}"
+    batches: "{{ rollout_targets | gpufleet.vllm.rollout_batches(hostvars) }}"
+  delegate_to: localhost
+  run_once: true
+  register: rollout_summary
+"""
+
+RETURN = r"""
+lines:
+  description: The report's path, the batches, then one line per host (as P(gpufleet.vllm.rollout_line#filter) writes it).
+  returned: always
+  type: list
+  elements: str
+failed_hosts:
+  description: The hosts whose status starts with C(FAILED).
+  returned: always
+  type: list
+  elements: str
+files:
+  description: The files written (none in check mode).
+  returned: always
+  type: list
+  elements: str
+benchmark_report:
+  description: The benchmark's fleet report of this run (C(report.md) in O(path)) when there is one, else null.
+  returned: always
+  type: str
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+
+
+def _write(module, path, text):
+    directory = os.path.dirname(path)
+    handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        module.atomic_move(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type='path', required=True),
+            rows=dict(type='list', elements='dict', required=True),
+            batches=dict(type='list', elements='list', default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    path, rows, batches = module.params['path'], module.params['rows'], module.params['batches']
+    report = os.path.join(path, 'report.md')
+    benchmark_report = report if os.path.isfile(report) else None
+    lines = ['report: %s' % os.path.join(path, 'summary.md'),
+             'batches: %s' % (rollout_report.batches_line(batches) or 'none')]
+    lines.extend(rollout_report.host_line(row) for row in rows)
+    files = []
+    if not module.check_mode:
+        try:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            for name, text in (('summary.json', rollout_report.summary_json(rows, batches, benchmark_report)),
+                               ('summary.md', rollout_report.markdown(rows, batches, 'report.md' if benchmark_report else None))):
+                _write(module, os.path.join(path, name), text)
+                files.append(os.path.join(path, name))
+        except (OSError, IOError, ValueError) as exc:
+            module.fail_json(msg='Could not write the rollout summary into %s: %s. The hosts are as the lines below say.'
+                             % (path, to_native(exc)), lines=lines, files=files,
+                             failed_hosts=rollout_report.failed_hosts(rows))
+    # a report is a new file on the control node each run, not a change to the fleet
+    module.exit_json(changed=False, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
+                     benchmark_report=benchmark_report)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout's decisions (filters gpufleet.vllm.rollout_*), as tables of cases."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
+    rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_needs, rollout_pending, rollout_rows,
+)
+from ansible_collections.gpufleet.vllm.plugins.filter.fleet import kv_cache_policy
+
+CLEAN = {"build": "0.33.0", "pristine": True, "config_keys_present": 0, "config_policy": "strip", "config_errors": [],
+         "dumps": 0, "environment": "/opt/vllm/envs/vllm-0.33.0-20261201T101500Z"}
+
+
+def plan(**row):
+    return {"row": dict(CLEAN, **row), "drift": []}
+
+
+NEEDS = [
+    # (case, plan row changes, rollout_needs keyword arguments, expected needs)
+    ("converged", {}, {}, []),
+    ("other build", {"build": "0.32.0"}, {}, ["build 0.33.0 (from 0.32.0)"]),
+    ("modified files", {"pristine": False}, {}, ["build 0.33.0 (files modified)"]),
+    ("no build", {"build": "", "pristine": False}, {}, ["build 0.33.0 (no build found)"]),
+    ("forced build", {}, {"force_build": True}, ["build 0.33.0 (forced)"]),
+    ("keys to strip", {"config_keys_present": 2}, {}, ["config (2 keys)"]),
+    ("one key", {"config_keys_present": 1}, {}, ["config (1 key)"]),
+    ("keys kept by policy", {"config_keys_present": 2, "config_policy": "keep"}, {}, []),
+    ("config error", {"config_errors": ["/m/config.json is missing"]}, {}, ["config (/m/config.json is missing)"]),
+    ("unit file", {}, {"unit_changed": True}, ["unit file"]),
+    ("unit stopped", {}, {"unit_active": False}, ["start (unit not running)"]),
+    ("not ready", {}, {"ready": {"ready": False, "msg": "connection refused"}}, ["readiness (connection refused)"]),
+    ("ready", {}, {"ready": {"ready": True}}, []),
+    ("dumps", {"dumps": 35}, {}, ["dumps (35)"]),
+    ("forced restart", {}, {"force_restart": "true"}, ["restart (forced)"]),
+    ("benchmark always", {}, {"benchmark": "always"}, ["benchmark (always)"]),
+    ("dirty host, in step order", {"build": "0.32.0", "pristine": False, "config_keys_present": 2, "dumps": 35},
+     {"unit_changed": True}, ["build 0.33.0 (from 0.32.0)", "config (2 keys)", "unit file", "dumps (35)"]),
+]
+
+
+@pytest.mark.parametrize("case, row, kwargs, expected", NEEDS, ids=[case[0] for case in NEEDS])
+def test_rollout_needs(case, row, kwargs, expected):
+    assert rollout_needs(plan(**row), target_version="0.33.0", **kwargs) == expected
+
+
+def test_a_long_readiness_message_is_cut_and_kept_on_one_line():
+    needs = rollout_needs(plan(), "0.33.0", ready={"ready": False, "msg": "refused\n" + "x" * 200})
+    assert needs[0].startswith("readiness (refused\\n") and needs[0].endswith("...)") and len(needs[0]) < 100
+
+
+@pytest.mark.parametrize("bad", [None, "text", {"msg": "Unsupported parameters"}])
+def test_needs_of_something_that_is_not_a_drift_result_fail_clearly(bad):
+    with pytest.raises(AnsibleFilterError, match="drift_info result"):
+        rollout_needs(bad, "0.33.0")
+
+
+def test_an_unknown_benchmark_setting_is_refused():
+    with pytest.raises(AnsibleFilterError, match="rollout_benchmark must be one of changed, always, never"):
+        rollout_needs(plan(), "0.33.0", benchmark="sometimes")
+
+
+HOSTVARS = {
+    "gpu-a01": {"rollout_needs": ["dumps (35)"], "rollout_batch": ["gpu-a01"], "rollout_restart": True,
+                "rollout_plan": plan(build="0.32.0", pristine=False),
+                "rollout_cutover": {"downtime_seconds": "21.8", "load_seconds": 20.1, "switched": True,
+                                    "link_after": "/opt/vllm/envs/vllm-0.33.0-20261204T101500Z"},
+                "rollout_integrity": {"version": "0.33.0", "pristine": True},
+                "debug_artifacts_result": {"count": 35, "bytes_freed_human": "65.3 MB"},
+                "sm120_config_result": {"removed_count": 2, "changed": True},
+                "benchmark_result": {"single_stream_tok_s": 81.7, "peak_tok_s": 2252.0, "status": "ok"}},
+    "gpu-a02": {"rollout_needs": ["dumps (35)"], "rollout_batch": ["gpu-a02"], "rollout_failed": True,
+                "rollout_rolled_back": True, "rollout_failure": "Stop, switch...: not ready within 60 s",
+                "rollout_plan": plan(), "service_result": {"link_after": "/root/ml-env"},
+                "debug_artifacts_result": {"count": 0, "bytes_freed_human": "0 B"}},
+    "gpu-a03": {"rollout_needs": ["dumps (35)"], "rollout_batch": [], "rollout_plan": plan(dumps=35),
+                "debug_artifacts_result": {"count": 35}, "sm120_config_result": {"removed_count": 2}},
+    "gpu-a04": {"rollout_needs": [], "rollout_batch": [], "rollout_plan": plan()},
+    "gpu-a05": {"rollout_needs": ["x"], "rollout_batch": ["gpu-a05"], "rollout_failed": True,
+                "rollout_failure": "stage: no room", "rollout_rollback_failure": "cutover: unit failed", "rollout_plan": plan()},
+}
+
+
+def test_rows_say_each_host_s_fate():
+    rows = {row["host"]: row for row in rollout_rows(list(HOSTVARS), HOSTVARS)}
+    assert [rows[h]["status"] for h in HOSTVARS] == ["updated", "FAILED, rolled back", "untouched", "unchanged", "FAILED"]
+    one = rows["gpu-a01"]
+    assert (one["build_before"], one["pristine_before"], one["build_after"], one["pristine"]) == ("0.32.0", False, "0.33.0", True)
+    assert (one["downtime_s"], one["load_s"], one["artifacts_removed"], one["config_keys_removed"]) == (21.8, 20.1, 35, 2)
+    assert one["serving_env"].endswith("20261204T101500Z") and one["benchmark"] == "ok"
+    assert rows["gpu-a02"]["serving_env"] == "/root/ml-env"
+    # an untouched host's dumps and keys are the plan's, not done
+    assert rows["gpu-a03"]["artifacts_removed"] is None and rows["gpu-a03"]["config_keys_removed"] is None
+    # a converged host: the plan's reading is the state after too
+    assert rows["gpu-a04"]["build_after"] == "0.33.0" and rows["gpu-a04"]["pristine"] is True
+    assert rows["gpu-a05"]["failure"] == "stage: no room; the rollback failed as well: cutover: unit failed"
+
+
+def test_pending_and_failed_hosts_keep_the_targets_order_and_ignore_others():
+    targets = ["gpu-a04", "gpu-a03", "gpu-a01", "not-in-hostvars"]
+    assert rollout_pending(targets, HOSTVARS) == ["gpu-a03", "gpu-a01"]
+    assert rollout_failed_hosts(list(HOSTVARS), HOSTVARS) == ["gpu-a02", "gpu-a05"]
+
+
+def test_batches_in_the_order_they_ran():
+    hostvars = {"a": {"rollout_batch": ["a"]}, "b": {"rollout_batch": ["b", "c"]}, "c": {"rollout_batch": ["b", "c"]},
+                "d": {"rollout_batch": []}}
+    assert rollout_batches(["a", "b", "c", "d"], hostvars) == [["a"], ["b", "c"]]
+
+
+CUTOVER = [
+    # (case, service_result, cutover noted after a successful cutover, expected)
+    ("failed before any cutover", {}, {}, {"stopped": False, "link_moved": False}),
+    ("stale result of a successful start", {"cutover": False, "state": "started"}, {}, {"stopped": False, "link_moved": False}),
+    ("cutover failed after the switch", {"cutover": True, "state": "failed", "stopped": True, "switched": True}, {},
+     {"stopped": True, "link_moved": True}),
+    ("cutover failed before the stop", {"cutover": True, "state": "failed", "stopped": False, "switched": False}, {},
+     {"stopped": False, "link_moved": False}),
+    ("cutover did not answer", {"cutover": True, "state": "failed"}, {}, {"stopped": True, "link_moved": False}),
+    ("later step failed after a cutover", {"cutover": True, "state": "started"}, {"switched": True},
+     {"stopped": True, "link_moved": True}),
+    ("later step failed after a restart without switch", {"cutover": True, "state": "started"}, {"switched": False},
+     {"stopped": True, "link_moved": False}),
+]
+
+
+@pytest.mark.parametrize("case, result, cutover, expected", CUTOVER, ids=[case[0] for case in CUTOVER])
+def test_how_far_a_failed_host_got(case, result, cutover, expected):
+    assert rollout_cutover_state(result, cutover) == expected
+
+
+def test_kv_cache_policy_is_the_roles_decision():
+    assert [kv_cache_policy(False), kv_cache_policy(True), kv_cache_policy("yes", "true"), kv_cache_policy(False, True)] == [
+        "keep", "auto", "strip", "keep"]

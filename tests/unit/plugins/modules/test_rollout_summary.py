@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.rollout_summary, run in-process."""
+
+import json
+import os
+
+import pytest
+
+from helpers import module_runner
+from ansible_collections.gpufleet.vllm.plugins.modules import rollout_summary
+
+ROWS = [
+    {"host": "gpu-a01", "status": "updated", "build_before": "0.32.0", "pristine_before": False, "build_after": "0.33.0",
+     "downtime_s": 21.84, "artifacts_removed": 35, "artifacts_bytes": "65.3 MB", "config_keys_removed": 2, "pristine": True,
+     "single_stream_tok_s": 81.7, "peak_tok_s": 2252.4, "benchmark": "ok", "failure": "", "needed": ["dumps (35)"]},
+    {"host": "gpu-a02", "status": "FAILED, rolled back", "build_before": "0.32.0", "pristine_before": True,
+     "build_after": "", "downtime_s": None, "artifacts_removed": None, "config_keys_removed": None, "pristine": None,
+     "failure": "cutover: not ready | within 60 s\n[Service]"},
+]
+
+
+@pytest.fixture
+def run(capsys):
+    return module_runner(rollout_summary.main, capsys)
+
+
+def test_writes_both_files_and_says_each_host_on_one_line(run, tmp_path):
+    rc, result = run({"path": str(tmp_path / "rollout-1"), "rows": ROWS, "batches": [["gpu-a01"], ["gpu-a02"]]})
+    assert rc == 0 and result["changed"] is False and result["failed_hosts"] == ["gpu-a02"]
+    assert result["lines"][1] == "batches: gpu-a01 -> gpu-a02"
+    assert result["lines"][2].startswith("gpu-a01: updated, vllm 0.32.0 -> 0.33.0, was NOT pristine, downtime 21.8 s")
+    assert "\n" not in result["lines"][3]
+    data = json.loads((tmp_path / "rollout-1" / "summary.json").read_text())
+    assert data["hosts"] == ROWS and data["batches"] == [["gpu-a01"], ["gpu-a02"]] and data["benchmark_report"] is None
+    md = (tmp_path / "rollout-1" / "summary.md").read_text().splitlines()
+    assert md[4] == ("| gpu-a01 | updated | 0.32.0 | modified | 0.33.0 | 21.8 | 35 (65.3 MB) | 2 | pristine | 81.7 | 2252 | ok |")
+    assert md[5] == "| gpu-a02 | FAILED, rolled back | 0.32.0 | pristine | - | - | - | - | - | - | - | - |"
+    # a failure with a pipe and a line break cannot break the table or add a line
+    assert "**gpu-a02**: cutover: not ready \\| within 60 s\\n[Service]" in md
+    assert not any(line.startswith("[Service]") for line in md)
+
+
+def test_links_the_benchmark_report_when_there_is_one(run, tmp_path):
+    (tmp_path / "report.md").write_text("# report\n")
+    rc, result = run({"path": str(tmp_path), "rows": ROWS[:1]})
+    assert rc == 0 and result["benchmark_report"] == str(tmp_path / "report.md")
+    assert "[report.md](report.md)" in (tmp_path / "summary.md").read_text()
+
+
+def test_check_mode_writes_nothing(run, tmp_path):
+    rc, result = run({"path": str(tmp_path / "run"), "rows": ROWS}, check=True)
+    assert rc == 0 and result["files"] == [] and not (tmp_path / "run").exists()
+    assert len(result["lines"]) == 4
+
+
+def test_an_unwritable_place_fails_with_the_lines(run, tmp_path):
+    (tmp_path / "file").write_text("")
+    rc, result = run({"path": str(tmp_path / "file" / "run"), "rows": ROWS})
+    assert rc == 1 and result["msg"].startswith("Could not write the rollout summary into %s" % (tmp_path / "file" / "run"))
+    assert result["failed_hosts"] == ["gpu-a02"] and len(result["lines"]) == 4
+    assert not os.path.exists(tmp_path / "file" / "run")
