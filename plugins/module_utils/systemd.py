@@ -111,7 +111,7 @@ def parse_show(text, unit="the unit", properties=UNIT_PROPERTIES):
     """
     where = "systemctl show %s" % unit
     if len(text) > MAX_SHOW_CHARS:
-        raise SystemdError("%s printed %d characters, more than the %d KiB a unit's state takes; the answer was not "
+        raise SystemdError("%s printed at least %d characters, more than the %d KiB a unit's state takes; the answer was not "
                            "read (is systemctl a wrapper that prints something else?)"
                            % (where, len(text), MAX_SHOW_CHARS // 1024))
     state = {}
