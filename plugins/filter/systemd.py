@@ -50,6 +50,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import describe_control, shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import unit_name_problem
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAMED_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -155,28 +156,15 @@ def systemd_value(text, name=None):
     return value.replace("%", "%%")
 
 
-# systemd.unit(5): a unit name is at most 255 characters of ASCII letters,
-# digits, ":", "-", "_", ".", "\\" and "@" (plus the type suffix).
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
-
-
 def systemd_unit_name(text, name=None):
-    """A service unit name as <name>.service, refused unless systemd would accept it as one file name."""
+    """A service unit name as <name>.service, refused unless systemd would accept it as one file name.
+
+    The rules (systemd.unit(5)) live in module_utils/systemd.py, shared with the unit_info module.
+    """
     name = name or "the unit name"
     value = _line_text(text, name)
     base = value[:-len(".service")] if value.endswith(".service") else value
-    problem = None
-    if not base:
-        problem = "is empty"
-    elif not _UNIT_NAME.match(base):
-        problem = ("holds characters a unit name cannot have (only letters, digits and : - _ . @ \\ are allowed; "
-                   "no /, no spaces)")
-    elif base.startswith(("-", ".")) or ".." in base:
-        problem = "starts with - or . or holds '..'"
-    elif base.endswith("@"):
-        problem = "is a template (it ends in @): give an instance, for example vllm@kimi"
-    elif len(base) + len(".service") > 255:
-        problem = "is longer than the 255 characters systemd allows"
+    problem = unit_name_problem(base)
     if problem:
         raise AnsibleFilterError("%s %s %s: give the unit's name, for example vllm-kimi-k25"
                                  % (name, shown(value), problem))

@@ -32,16 +32,15 @@ import os
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
-from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import command_failure, timed_out
-from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
-    failure_message,
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    SystemdError,
     journal_tail,
+    read_state,
+    run_verb,
     unit_state,
     unit_stopped_reason,
-    wait_ready,
 )
-
-ACTIVE_STATES = ("active", "activating", "reloading", "deactivating")
+from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import failure_message, wait_ready
 
 
 class CutoverFailed(Exception):
@@ -196,15 +195,10 @@ class Cutover(object):
 
     def _systemctl(self, step, verb):
         """systemctl VERB of the unit; on a failure (or a call killed at its time limit) _fail(STEP)."""
-        argv = [self.systemctl, verb]
-        if verb != "daemon-reload":
-            argv += ["--", self.unit]
-        rc, dummy, err = self.run_command(argv)
-        if rc != 0:
-            msg = command_failure(argv, rc, err)
-            if timed_out(rc, err) and verb == "start":
-                msg += " (systemd may still be starting it: see 'systemctl status %s')" % self.unit
-            self._fail(step, msg + ".", journal=verb != "daemon-reload")
+        try:
+            run_verb(self.run_command, self.systemctl, verb, self.unit)
+        except SystemdError as exc:
+            self._fail(step, "%s." % exc, journal=verb != "daemon-reload")
 
     def _wait_gpus(self, step, expect, timeout):
         res = self.collect(expect=expect, timeout=timeout, interval=self.vram.get("interval", 0.5))
@@ -238,16 +232,17 @@ class Cutover(object):
         In check mode a unit that does not exist yet is no failure (an
         earlier task would have rendered it); ``warnings`` says so.
         """
-        state = unit_state(self.read_command, self.systemctl, self.unit)
-        if not state:
-            self._fail("unit", "systemctl cannot read the unit %s; nothing was stopped." % self.unit)
-        if check_mode and state.get("LoadState") == "not-found":
+        try:
+            state = read_state(self.read_command, self.systemctl, self.unit)
+        except SystemdError as exc:
+            self._fail("unit", "systemctl cannot read the unit %s (%s); nothing was stopped." % (self.unit, exc))
+        if check_mode and not state.exists:
             self.warnings.append("The unit %s does not exist yet; in a real run it must be rendered before the "
                                  "cutover." % self.unit)
-        elif state.get("LoadState") != "loaded":
+        elif not state.loaded:
             self._fail("unit", "The unit %s is %s: render it (the gpufleet.vllm.service role) before a cutover; "
-                       "nothing was stopped." % (self.unit, state.get("LoadState") or "unknown"))
-        self.result["was_active"] = state.get("ActiveState") in ACTIVE_STATES
+                       "nothing was stopped." % (self.unit, state.load_state or "unknown"))
+        self.result["was_active"] = state.running
         if self.link:
             self.result["link_before"] = read_link(self.link)
         if self.vram:

@@ -37,7 +37,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     safe_text,
     scan,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, command_failure, runner, timed_out
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
@@ -63,8 +63,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import strips
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
 
 DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
+# the properties of the unit a drift row keeps (module_utils/systemd.py reads them)
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
 LIST_MAX = 20
 
@@ -155,24 +157,17 @@ def integrity_text(result, problem=None):
 
 
 def read_unit(run_command, systemctl, unit):
-    """The unit's state from ``systemctl show``: a dict with ``unit`` and the UNIT_PROPERTIES read."""
+    """The unit's state from ``systemctl show`` (module_utils/systemd.py): a dict with ``unit`` and the
+    UNIT_PROPERTIES read (MainPID a number), or ``unit`` and ``error``, the sentence of why it was not read."""
     state = {"unit": unit}
     if not unit:
         return state
-    if not systemctl:
-        state["error"] = "systemctl was not found: this host does not look like a systemd host"
+    try:
+        properties = show(run_command, systemctl, unit)
+    except SystemdError as exc:
+        state["error"] = _clip(str(exc), 600)
         return state
-    rc, out, err = run_command([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit])
-    if timed_out(rc, err):
-        state["error"] = _clip(command_failure([systemctl, "show", unit], rc, err), 600)
-        return state
-    if rc != 0:
-        state["error"] = _clip("systemctl show %s failed (exit status %d): %s" % (unit, rc, (err or out).strip()), 600)
-        return state
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key in UNIT_PROPERTIES:
-            state[key] = value
+    state.update((key, value) for key, value in properties.items() if key in UNIT_PROPERTIES)
     return state
 
 

@@ -39,10 +39,8 @@ vLLM should use the same client):
   ``msg``.
 * :data:`STAGES` and :data:`STAGE_TEXT` -- the stage names and what each
   one checks, in words.
-* systemd helpers for watching the unit that runs the server:
-  :func:`unit_state`, :func:`unit_stopped_reason`, :func:`seconds_since_start`,
-  :func:`journal_tail`;
-  and :func:`failure_message`, the sentence a failed gate reports.
+* :func:`failure_message`, the sentence a failed gate reports (the unit
+  that runs the server is watched through ``module_utils/systemd.py``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -78,10 +76,6 @@ STAGE_TEXT = {
     "models": "GET /v1/models lists the served model",
     "completion": "a 1-token completion succeeds",
 }
-
-UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
-                   "ExecMainStartTimestampMonotonic")
-
 
 class VllmApiError(Exception):
     """A request to vLLM that did not give the expected answer.
@@ -662,89 +656,6 @@ def _summary(result, stages):
         head = "vLLM at %s did not get ready within %s s (waited %.0f s)" % (
             url, result["timeout"], result["elapsed"])
     return "%s; %s%s." % (head, what, ("; passed: " + ", ".join(passed)) if passed else "")
-
-
-# ---------------------------------------------------------------------------
-# the systemd unit that runs the server
-
-
-def unit_state(run_command, systemctl, unit):
-    """The unit's properties (:data:`UNIT_PROPERTIES`; the numbers as int).
-
-    ``run_command`` is ``AnsibleModule.run_command`` (a list of words, no
-    shell); returns {} when systemctl cannot answer.
-    """
-    rc, out, dummy = run_command([systemctl, "show", "--property=" + ",".join(UNIT_PROPERTIES), "--", unit])
-    if rc != 0:
-        return {}
-    state = {}
-    for line in out.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            state[key] = value
-    for key in ("NRestarts", "MainPID", "ExecMainStartTimestampMonotonic"):
-        if key in state:
-            try:
-                state[key] = int(state[key])
-            except ValueError:
-                pass
-    return state
-
-
-def seconds_since_start(state, now=None):
-    """Seconds since the unit's main process started (CLOCK_MONOTONIC, like systemd), or None."""
-    started = state.get("ExecMainStartTimestampMonotonic") if state else None
-    if not isinstance(started, int) or started <= 0:
-        return None
-    now = time.monotonic() if now is None else now
-    return round(now - started / 1e6, 3)
-
-
-def unit_stopped_reason(unit, state):
-    """A sentence when the unit is not loaded, failed or stopped (waiting is pointless), else None.
-
-    A unit between two restarts (``activating``/``auto-restart``) is still
-    coming up: None.
-    """
-    if not state:
-        return None
-    if state.get("LoadState") == "not-found":
-        return "the unit %s does not exist" % unit
-    active = state.get("ActiveState")
-    if active == "failed":
-        return "the unit %s failed (result: %s, restarts: %s)" % (unit, state.get("Result"), state.get("NRestarts"))
-    if active in ("inactive", "deactivating"):
-        return "the unit %s is not running (%s, result: %s)" % (unit, active, state.get("Result"))
-    return None
-
-
-def journal_tail(run_command, journalctl, unit, lines=30, line_chars=2000):
-    """The last ``lines`` lines of the unit's journal (a list of str; [] when unreadable).
-
-    Bytes that are not UTF-8 (``run_command`` gives them as surrogate
-    escapes) are shown as ``\\xNN``; a line is cut at ``line_chars``.
-    """
-    if not journalctl or lines <= 0:
-        return []
-    rc, out, dummy = run_command([journalctl, "--unit=" + unit, "--lines=%d" % lines, "--no-pager",
-                                  "--output=short-iso", "--quiet"])
-    if rc != 0:
-        return []
-    tail = [line for line in out.splitlines() if line.strip()][-lines:]
-    return [_odd_bytes_shown(line[:line_chars] + ("..." if len(line) > line_chars else "")) for line in tail]
-
-
-def _odd_bytes_shown(text):
-    """TEXT (decoded with surrogateescape) as valid UTF-8 text, its odd bytes or lone surrogates as escapes."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def failure_message(result, unit=None, journal=None, timeout_variable=None):

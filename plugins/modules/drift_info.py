@@ -430,11 +430,12 @@ dumps:
       type: str
       returned: when the scan stopped
 unit:
-  description: The unit's C(LoadState), C(ActiveState), C(SubState), C(MainPID) and C(FragmentPath), plus C(unit), and
-    C(error) when it could not be read. Only C(unit) when O(unit) is left out.
+  description: The unit's C(LoadState), C(ActiveState), C(SubState), C(MainPID) (a number) and C(FragmentPath), plus
+    C(unit), and C(error) when it could not be read (read by the same code as M(gpufleet.vllm.unit_info)). Only
+    C(unit) when O(unit) is left out.
   returned: always
   type: dict
-  sample: {unit: vllm-kimi-k25.service, LoadState: loaded, ActiveState: active, SubState: running, MainPID: "412"}
+  sample: {unit: vllm-kimi-k25.service, LoadState: loaded, ActiveState: active, SubState: running, MainPID: 412}
 gpus:
   description:
     - What NVML says, as M(gpufleet.vllm.nvml_vram) returns it. The fields are C(nvml_available), C(nvml_error),

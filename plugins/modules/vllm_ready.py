@@ -226,8 +226,9 @@ completion:
            usage: {prompt_tokens: 1, completion_tokens: 1, total_tokens: 2}}
 unit_state:
   description:
-    - The unit's C(LoadState), C(ActiveState), C(SubState), C(Result), C(NRestarts), C(MainPID), C(InvocationID) and
-      C(ExecMainStartTimestampMonotonic) (microseconds) when the wait ended.
+    - The unit's C(LoadState), C(ActiveState), C(SubState), C(Result), C(NRestarts), C(MainPID), C(InvocationID),
+      C(ExecMainStartTimestampMonotonic) (microseconds) and C(FragmentPath) when the wait ended, read as
+      M(gpufleet.vllm.unit_info) reads them. Empty when C(systemctl) did not answer.
   returned: when O(unit) is given
   type: dict
   sample: {LoadState: loaded, ActiveState: active, SubState: running, Result: success, NRestarts: 0, MainPID: 4242,
@@ -254,17 +255,19 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    journal_tail,
+    seconds_since_start,
+    unit_state,
+    unit_stopped_reason,
+)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     SERVER_MUTUALLY_EXCLUSIVE,
     VllmClient,
     failure_message,
-    journal_tail,
     make_base_url,
     seconds_problem,
-    seconds_since_start,
     server_argument_spec,
-    unit_state,
-    unit_stopped_reason,
     wait_ready,
 )
 

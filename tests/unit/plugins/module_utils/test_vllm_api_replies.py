@@ -14,7 +14,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_api
+from ansible_collections.gpufleet.vllm.plugins.module_utils import systemd, vllm_api
 
 FUZZ = settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
@@ -154,16 +154,16 @@ def test_journal_lines_with_odd_bytes_and_huge_lines_are_valid_and_short():
     raw = b"10:00 host vllm[1]: caf\xe9 \xff\n" + b"10:01 host vllm[1]: " + b"x" * 100000 + b"\n" + b"lone \xed\xa0\x80\n"
     out = raw.decode("utf-8", "surrogateescape")  # what AnsibleModule.run_command gives for these bytes
 
-    lines = vllm_api.journal_tail(lambda argv: (0, out, ""), "/bin/journalctl", "v.service", 5)
+    lines = systemd.journal_tail(lambda argv: (0, out, ""), "/bin/journalctl", "v.service", 5)
     carried(lines)
     assert lines[0] == "10:00 host vllm[1]: caf\\xe9 \\xff"
     assert len(lines[1]) <= 2003 and lines[1].endswith("...")
     assert lines[2] == "lone \\xed\\xa0\\x80"
-    assert vllm_api.journal_tail(lambda argv: (0, "a\ud800b\n", ""), "/bin/journalctl", "v", 5) == ["a\\ud800b"]
+    assert systemd.journal_tail(lambda argv: (0, "a\ud800b\n", ""), "/bin/journalctl", "v", 5) == ["a\\ud800b"]
 
 
 @FUZZ
 @given(st.binary(max_size=500))
 def test_any_journal_bytes_give_valid_lines(raw):
-    lines = vllm_api.journal_tail(lambda argv: (0, raw.decode("utf-8", "surrogateescape"), ""), "/bin/jc", "v", 30)
+    lines = systemd.journal_tail(lambda argv: (0, raw.decode("utf-8", "surrogateescape"), ""), "/bin/jc", "v", 30)
     carried(lines)

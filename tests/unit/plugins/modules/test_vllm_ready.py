@@ -418,36 +418,6 @@ def test_wait_ready_stops_when_the_watch_gives_a_reason():
     assert res["stages"]["health"]["attempts"] == 3
 
 
-def test_unit_stopped_reason_waits_through_auto_restart():
-    assert vllm_api.unit_stopped_reason("u", {"ActiveState": "activating", "SubState": "auto-restart"}) is None
-    assert vllm_api.unit_stopped_reason("u", {"ActiveState": "active", "SubState": "running"}) is None
-    assert vllm_api.unit_stopped_reason("u", {}) is None
-    assert vllm_api.unit_stopped_reason("u", {"LoadState": "not-found", "ActiveState": "inactive"}) == \
-        "the unit u does not exist"
-    assert vllm_api.unit_stopped_reason("u", {"ActiveState": "inactive", "Result": "success"}) == \
-        "the unit u is not running (inactive, result: success)"
-
-
-def test_seconds_since_start():
-    assert vllm_api.seconds_since_start({"ExecMainStartTimestampMonotonic": 100000000}, now=160.5) == 60.5
-    assert vllm_api.seconds_since_start({"ExecMainStartTimestampMonotonic": 0}, now=160.5) is None
-    assert vllm_api.seconds_since_start({}, now=1.0) is None
-
-
-def test_unit_state_parses_systemctl_show():
-    calls = []
-
-    def run(argv):
-        calls.append(argv)
-        return 0, "ActiveState=active\nNRestarts=2\nMainPID=77\nInvocationID=ab\nExecMainStartTimestampMonotonic=9\n", ""
-
-    state = vllm_api.unit_state(run, "/bin/systemctl", "v.service")
-    assert state == {"ActiveState": "active", "NRestarts": 2, "MainPID": 77, "InvocationID": "ab",
-                     "ExecMainStartTimestampMonotonic": 9}
-    assert calls[0][:2] == ["/bin/systemctl", "show"] and calls[0][-2:] == ["--", "v.service"]
-    assert vllm_api.unit_state(lambda argv: (1, "", "no bus"), "/bin/systemctl", "v.service") == {}
-
-
 @pytest.mark.parametrize("kwargs, url", [
     ({}, "http://127.0.0.1:8000"),
     ({"host": "10.0.0.5", "port": 8001}, "http://10.0.0.5:8001"),
