@@ -14,8 +14,9 @@ Public API:
 
 * ``collect_run(run_dir) -> list of host entries`` (summary.json, or the
   level files summarized on the spot when the host has no summary yet)
-* ``render_markdown(entries, run_id, title, png_name) -> str``
-* ``render_png(entries, run_id) -> bytes``
+* ``render_markdown(entries, run_id, title, png_name, plot_note) -> str``
+* ``render_png(entries, run_id) -> bytes`` (the figure of ``bench_plot``,
+  drawn with matplotlib; raises ``bench_plot.PlotUnavailable`` without it)
 * ``host_figures(entry) -> dict`` (the per-host line of the fleet table)
 * ``plan_results(run_dir, results) -> list of (path, bytes)``: the files of
   host results to write (summary.json and the level files), unchanged files
@@ -37,7 +38,7 @@ import os
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import pngplot
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
 
 SUMMARY_NAME = 'summary.json'
 REPORT_FILES = ('report.md', 'report.png')
@@ -255,14 +256,21 @@ def host_figures(entry):
     }
 
 
-def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png'):
+PNG_ALT = ('Output tok/s against concurrency per host with the baseline band, TTFT and TPOT (median and p99), '
+           'and each host against its baseline')
+
+
+def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png', plot_note=None):
+    """The Markdown report; ``plot_note`` (when there is no figure) says why, under the first paragraph."""
     lines = ['# %s' % md_text(title), '']
     lines.append('Run %s: %d host%s. Output token throughput is what `vllm bench serve` reports '
                  '(output tokens / benchmark duration); single stream is the concurrency-1 level, peak the best '
                  'level without failed requests.' % (md_code(run_id), len(entries), '' if len(entries) == 1 else 's'))
     lines.append('')
     if png_name:
-        lines.extend(['![Output tok/s against concurrency, one line per host](%s)' % png_name, ''])
+        lines.extend(['![%s](%s)' % (PNG_ALT, png_name), ''])
+    elif plot_note:
+        lines.extend(['No figure: %s.' % md_text(plot_note), ''])
     lines.extend(['## Fleet', '',
                   '| host | model | status | single stream tok/s | peak tok/s | at concurrency | failed requests '
                   '| verdict |',
@@ -311,11 +319,5 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
 
 
 def render_png(entries, run_id):
-    series = []
-    for entry in entries:
-        points = [(row.get('concurrency'), row.get('output_tok_s'))
-                  for row in (entry.get('summary') or {}).get('levels') or []
-                  if row.get('concurrency') and row.get('output_tok_s') is not None and row.get('failed') == 0]
-        series.append({'name': text(entry['host']), 'points': points})
-    return pngplot.render_line_chart(series, title='Output token throughput vs concurrency (run %s)' % run_id,
-                                     x_label='concurrency (max concurrent requests)', y_label='output tok/s')
+    """report.png: the fleet figure (bench_plot), drawn with matplotlib on the node that renders the report."""
+    return bench_plot.render_png(entries, text(run_id))

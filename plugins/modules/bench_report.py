@@ -10,7 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: bench_report
-short_description: Keep benchmark results per run and host and write the fleet report (Markdown and PNG plot)
+short_description: Keep benchmark results per run and host and write the fleet report (Markdown and a PNG figure)
 version_added: 0.1.0
 description:
   - Keeps the results given in O(results) under C(<path>/<host>/) (the level files and C(summary.json)). A file that
@@ -19,8 +19,11 @@ description:
   - Reads the results of one benchmark run, kept by the M(gpufleet.vllm.benchmark) role on the control node as
     C(<path>/<host>/c<concurrency>.json) (what C(vllm bench serve --save-result) wrote) and
     C(<path>/<host>/summary.json) (the role's summary and regression verdict), and writes C(<path>/report.md) (a
-    fleet table and a table per host and concurrency level) and C(<path>/report.png) (output tokens per second
-    against concurrency, one line per host).
+    fleet table and a table per host and concurrency level) and C(<path>/report.png), one figure drawn with
+    matplotlib that compares the hosts, with output tokens per second against concurrency per host (a marker, line style
+    and colour each) with the model's baseline as a band of its tolerance, TTFT and TPOT against concurrency (median
+    and p99), and each host's peak and single-stream throughput as a percentage of its baseline, green at or above
+    the floor, red below it. Hosts whose sweep failed or was cut short are named in the figure, not left out.
   - A host directory without C(summary.json) (a run cut short) is summarized from its level files and shown as
     C(incomplete). Unreadable files are listed in the report, not fatal.
   - The files are written only when their content changes (atomically), so running it again reports no change.
@@ -42,7 +45,11 @@ options:
     type: str
   png:
     description:
-      - Also write the plot C(report.png). The Markdown refers to it only when written.
+      - Also write the figure C(report.png) (14 x 8 inches at 100 dpi, 1400 x 800 pixels). The Markdown refers to it
+        only when written.
+      - It needs matplotlib where the module runs (the control node). Without it the task does not fail, so that the
+        results just measured are kept; C(report.md) is written without the figure and says why, the task warns,
+        and RV(plot_skipped) holds the reason.
     type: bool
     default: true
   results:
@@ -103,10 +110,16 @@ notes:
   - Every value that comes from a host (host and model names, messages, figures of a C(summary.json)) is escaped in
     the Markdown (C(|), line breaks, backticks, C(*), C(_), brackets, C(<), C(>), C(&), control characters), so it
     cannot break a table or add markup, links or HTML; figures that are not finite numbers are shown as C(-).
-  - The plot is drawn by the collection itself (standard library only); no plotting package is needed.
-  - The concurrency axis is logarithmic; levels with failed requests are left out of the plot but kept in the tables.
+  - The figure is drawn with matplotlib (Agg, no display, matplotlib's default style whatever a C(matplotlibrc)
+    says), on the node the module runs on; run it on the control node (C(delegate_to=localhost)) so that the GPU
+    hosts never need matplotlib. The same results give the same bytes.
+  - The concurrency axis is logarithmic (base 2) with a tick at each level run; levels with failed requests are
+    marked with a red cross on the axis and kept in the tables.
+  - At most 32 hosts are drawn (failed, regressed and incomplete hosts first, then by name; the title says how many
+    were left out) and 32 levels per host; every host is in C(report.md).
 requirements:
-  - Python 3.10 or newer on the host it runs on (standard library only).
+  - Python 3.10 or newer on the host it runs on.
+  - matplotlib on that host for C(report.png) (the control node's C(requirements/control.txt) pins it).
 seealso:
   - module: ansible.builtin.fetch
 author: gpufleet.vllm developers (@gpufleet)
@@ -132,7 +145,7 @@ markdown:
   type: str
   sample: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/report.md
 png:
-  description: Path of the plot, or null when O(png=false).
+  description: Path of the figure, or null when O(png=false) or when it could not be drawn (RV(plot_skipped)).
   returned: always
   type: str
   sample: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/report.png
@@ -198,6 +211,11 @@ written:
   type: list
   elements: str
   sample: [/home/ops/gpufleet-reports/benchmark/20261202T153000Z/gpu-node-1/c1.json]
+plot_skipped:
+  description: Why C(report.png) was not drawn although O(png=true) (matplotlib cannot be imported), else null.
+  returned: always
+  type: str
+  sample: null
 problems:
   description: Files that could not be read (also listed in the report).
   returned: always
@@ -215,6 +233,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline, DeadlinePassed
 
@@ -310,7 +329,7 @@ def main():
                                      'writable and the disk not full.' % (target, to_native(exc)),
                                  changed=bool(written[:-1]), written=written[:-1])
 
-    entries, markdown = [], None
+    entries, markdown, plot_skipped = [], None, None
     png_name = 'report.png' if module.params['png'] else None
     if module.params['render'] and (os.path.isdir(path) or planned):
         try:
@@ -324,10 +343,19 @@ def main():
         if module.check_mode and planned:
             # what the run directory would hold: the kept hosts plus the planned ones
             entries = _with_planned(entries, planned, path)
-        markdown = bench_report.render_markdown(entries, run_id, title=module.params['title'], png_name=png_name)
+        png_data = None
+        if png_name:
+            try:
+                png_data = bench_report.render_png(entries, run_id)
+            except bench_plot.PlotUnavailable as exc:
+                plot_skipped = to_native(exc)
+                png_name = None
+                module.warn('report.png was not drawn: %s. report.md was written without the figure.' % plot_skipped)
+        markdown = bench_report.render_markdown(entries, run_id, title=module.params['title'], png_name=png_name,
+                                                plot_note=plot_skipped)
         outputs = [(md_path, to_bytes(markdown))]
         if png_name:
-            outputs.append((os.path.join(path, png_name), bench_report.render_png(entries, run_id)))
+            outputs.append((os.path.join(path, png_name), png_data))
         for target, data in outputs:
             try:
                 deadline.check('the report %s was written' % target)
@@ -354,6 +382,7 @@ def main():
         run_id=run_id,
         hosts=[bench_report.host_figures(entry) for entry in entries],
         problems=problems,
+        plot_skipped=plot_skipped,
     )
     if module._diff and markdown is not None:
         result['diff'] = dict(before_header=md_path, after_header=md_path,

@@ -127,7 +127,8 @@ def test_fleet_report():
     directory = os.path.join(local_results(), 'converge')
     with open(os.path.join(directory, 'report.md')) as handle:
         markdown = handle.read()
-    assert '![Output tok/s against concurrency, one line per host](report.png)' in markdown
+    assert ('![Output tok/s against concurrency per host with the baseline band, TTFT and TPOT (median and p99), and '
+            'each host against its baseline](report.png)') in markdown
     fleet_line = [line for line in markdown.splitlines() if line.startswith('| %s | kimi-k2.5 | ok |' % HOST)]
     assert len(fleet_line) == 1, markdown
     assert '| 64 | 0 | within 10% of the baseline of kimi-k2.5' in fleet_line[0]
@@ -136,7 +137,7 @@ def test_fleet_report():
     with open(os.path.join(directory, 'report.png'), 'rb') as handle:
         png = handle.read()
     assert png[:8] == b'\x89PNG\r\n\x1a\n'
-    assert struct.unpack('>4sII', png[12:24]) == (b'IHDR', 960, 540)
+    assert struct.unpack('>4sII', png[12:24]) == (b'IHDR', 1400, 800)  # the matplotlib figure, 14 x 8 in at 100 dpi
     assert png.endswith(b'IEND\xaeB`\x82')
 
 

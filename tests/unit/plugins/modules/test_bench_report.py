@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.bench_report and its PNG writer, run in-process on real results of vllm bench serve."""
+"""gpufleet.vllm.bench_report, run in-process on real results of vllm bench serve (the figure: test_bench_plot)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -10,92 +10,23 @@ __metaclass__ = type
 import json
 import os
 import shutil
-import struct
-import zlib
+import sys
 
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import pngplot
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report as report_utils
 from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter', 'fixtures')
 
 
-def decode_png(data):
-    """(width, height, rows of RGB tuples) of an 8-bit RGB PNG whose scanlines use filter 0 (what encode_png writes)."""
-    assert data[:8] == b'\x89PNG\r\n\x1a\n'
-    pos, idat, width = 8, b'', None
-    while pos < len(data):
-        length, kind = struct.unpack('>I4s', data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        crc = struct.unpack('>I', data[pos + 8 + length:pos + 12 + length])[0]
-        assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF, kind
-        if kind == b'IHDR':
-            width, height, depth, colour, dummy, dummy2, interlace = struct.unpack('>IIBBBBB', body)
-            assert (depth, colour, interlace) == (8, 2, 0)
-        elif kind == b'IDAT':
-            idat += body
-        pos += 12 + length
-    raw = zlib.decompress(idat)
-    stride = width * 3 + 1
-    rows = []
-    for y in range(height):
-        line = raw[y * stride:(y + 1) * stride]
-        assert line[0] == 0
-        rows.append([tuple(line[1 + 3 * x:4 + 3 * x]) for x in range(width)])
-    return width, height, rows
-
-
-def colour_box(rows, colour, max_x=None):
-    """Bounding box (x0, y0, x1, y1) of the pixels of one colour, left of max_x (the legend is right of the plot)."""
-    points = [(x, y) for y, row in enumerate(rows) for x, pixel in enumerate(row)
-              if pixel == colour and (max_x is None or x < max_x)]
-    if not points:
-        return None
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    return min(xs), min(ys), max(xs), max(ys)
-
-
-# --------------------------------------------------------------------------- pngplot
-
-
-def test_encode_png_round_trip():
-    pixels = bytes([255, 0, 0, 0, 255, 0, 0, 0, 255, 10, 20, 30])
-    width, height, rows = decode_png(pngplot.encode_png(2, 2, pixels))
-    assert (width, height) == (2, 2)
-    assert rows == [[(255, 0, 0), (0, 255, 0)], [(0, 0, 255), (10, 20, 30)]]
-    with pytest.raises(ValueError):
-        pngplot.encode_png(2, 2, pixels[:-1])
-
-
-def test_chart_places_each_host_where_its_numbers_are():
-    series = [{'name': 'gpu-node-1', 'points': [(1, 80), (64, 2250), (256, 2276)]},
-              {'name': 'gpu-node-2', 'points': [(1, 40), (64, 1000)]}]
-    png = pngplot.render_line_chart(series, title='t', x_label='concurrency', y_label='tok/s')
-    assert png == pngplot.render_line_chart(series, title='t', x_label='concurrency', y_label='tok/s')
-    width, height, rows = decode_png(png)
-    assert (width, height) == (960, 540)
-    # the plot ends where the legend begins: 24 px + the longest name + 36 px from the right edge
-    plot_right = width - (pngplot.text_width('gpu-node-1') + 36 + 24)
-    first = colour_box(rows, pngplot.PALETTE[0], plot_right)
-    second = colour_box(rows, pngplot.PALETTE[1], plot_right)
-    assert first and second
-    # host 1 reaches higher (smaller y) and further right (256) than host 2 (64)
-    assert first[1] < second[1]
-    assert first[2] > second[2]
-    # both start at concurrency 1, on the left, and host 2's lowest point (40 tok/s) is near the x axis
-    assert abs(first[0] - second[0]) <= 1
-    assert second[3] > height - 140
-
-
-def test_chart_skips_unplottable_points_and_survives_no_data():
-    png = pngplot.render_line_chart([{'name': 'h', 'points': [(0, 5), (None, 1), ('x', 2), (float('nan'), 1)]}])
-    width, height, rows = decode_png(png)
-    assert colour_box(rows, pngplot.PALETTE[0]) is not None  # the legend swatch only
-    assert colour_box(rows, pngplot.AXIS) is not None
-    decode_png(pngplot.render_line_chart([]))
+def png_size(path):
+    """(width, height) of a PNG as matplotlib reads it back."""
+    from matplotlib import image
+    pixels = image.imread(str(path), format='png')
+    return pixels.shape[1], pixels.shape[0]
 
 
 # --------------------------------------------------------------------------- the module
@@ -156,7 +87,7 @@ def test_report_writes_markdown_and_plot(run_dir, run):
 
     markdown = (run_dir / 'report.md').read_text()
     assert markdown.startswith('# vLLM benchmark fleet report\n')
-    assert '![Output tok/s against concurrency, one line per host](report.png)' in markdown
+    assert '![%s](report.png)' % report_utils.PNG_ALT in markdown
     assert '| gpu-node-1 | kimi-k2.5 | ok | 81.6 | 2,263.1 | 64 | 0 | within 10% of the baseline of kimi-k2.5' \
         in markdown
     assert '| gpu-node-2 | - | incomplete | 81.6 | 81.6 | 1 | 16 | - |' in markdown
@@ -164,9 +95,8 @@ def test_report_writes_markdown_and_plot(run_dir, run):
     assert '| 8 | 24 | 8 | 16 | 435.0 |' in markdown
     assert 'Unreadable: ' in markdown and 'empty-host' not in markdown and 'notes.txt' not in markdown
 
-    width, height, rows = decode_png((run_dir / 'report.png').read_bytes())
-    assert (width, height) == (960, 540)
-    assert colour_box(rows, pngplot.PALETTE[0]) and colour_box(rows, pngplot.PALETTE[1])
+    assert png_size(run_dir / 'report.png') == (1400, 800)
+    assert result['png'] == str(run_dir / 'report.png') and result['plot_skipped'] is None
 
 
 def test_report_is_idempotent_and_follows_new_results(run_dir, run):
@@ -194,6 +124,24 @@ def test_report_without_png(run_dir, run):
     assert result['png'] is None and not (run_dir / 'report.png').exists()
     markdown = (run_dir / 'report.md').read_text()
     assert 'report.png' not in markdown and 'Run `nightly`' in markdown
+
+
+def test_without_matplotlib_the_results_are_kept_and_the_markdown_says_why(tmp_path, run, monkeypatch):
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)  # what an import on a control node without it does
+    warned = []  # (where a controller module was imported before, ansible shows warnings itself, not in the result)
+    monkeypatch.setattr(bench_report.AnsibleModule, 'warn', lambda self, warning: warned.append(warning))
+    path = tmp_path / 'r1'
+    code, result = run({'path': str(path), 'results': [record()]})
+    assert code == 0 and result['changed'] is True
+    assert (path / 'gpu-node-3' / 'summary.json').is_file() and not (path / 'report.png').exists()
+    assert result['png'] is None
+    assert 'matplotlib cannot be imported on the control node' in result['plot_skipped']
+    assert 'requirements/control.txt' in result['plot_skipped']
+    assert len(warned) == 1 and warned[0].startswith('report.png was not drawn: matplotlib cannot be imported')
+    markdown = (path / 'report.md').read_text()
+    assert 'report.png' not in markdown
+    assert 'No figure: matplotlib cannot be imported on the control node' in markdown
+    assert '| gpu-node-3 | kimi-k2.5 | ok | 81.6 |' in markdown
 
 
 def test_report_fails_clearly_without_the_run(tmp_path, run):
