@@ -68,7 +68,7 @@ def run_report(tmp_path, fleet, **extra):
     assert len(check) == 1 and len(report) == 1, "audit.yml lost a play this test runs"
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
                 "tasks": [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
-                    "audit_drift": "{{ fake_fleet[inventory_hostname] }}"}}]}
+                    "gpufleet_drift": "{{ fake_fleet[inventory_hostname] }}"}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump(check + [stand_in] + report, handle, sort_keys=False)
