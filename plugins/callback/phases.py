@@ -200,14 +200,38 @@ class _LogFile:
         if max_size <= 0:
             self.path = None
             return
+        self._created = None
         try:
-            directory = os.path.dirname(path)
-            if directory:
-                os.makedirs(directory, exist_ok=True)
-            self._handle = open(path, "w", encoding="utf-8", errors="replace")
+            self._created = self._make_dirs(os.path.dirname(path))
+            self._handle = open(path, "w", encoding="utf-8", errors="replace", buffering=1)
         except OSError as exc:
             self.error = "cannot write the log %s: %s" % (path, exc.strerror or exc)
             self.path = None
+
+    @staticmethod
+    def _make_dirs(directory):
+        """Create directory when missing; return the topmost directory created (None when none was)."""
+        directory = os.path.abspath(directory or ".")
+        top = None
+        probe = directory
+        while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+            top = probe
+            probe = os.path.dirname(probe)
+        os.makedirs(directory, exist_ok=True)
+        return top
+
+    def _remove_created(self, old_dir):
+        """After a move, remove the directories this log created for itself when they are left empty."""
+        if self._created is None:
+            return
+        current = os.path.abspath(old_dir)
+        while current.startswith(self._created):
+            try:
+                os.rmdir(current)
+            except OSError:
+                break
+            current = os.path.dirname(current)
+        self._created = None
 
     def write(self, text):
         if self._handle is None or self.truncated:
@@ -231,15 +255,17 @@ class _LogFile:
         target = os.path.join(directory, name)
         if os.path.abspath(target) == os.path.abspath(self.path):
             return
+        old_dir = os.path.dirname(self.path)
         try:
-            os.makedirs(directory, exist_ok=True)
             self._handle.close()
+            os.makedirs(directory, exist_ok=True)
             shutil.move(self.path, target)
         except OSError as exc:
             self.error = "could not move the log to %s (%s): it stays at %s" % (target, exc.strerror or exc, self.path)
         else:
             self.path = target
-        self._handle = open(self.path, "a", encoding="utf-8", errors="replace")
+            self._remove_created(old_dir)
+        self._handle = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
 
     def close(self):
         if self._handle is not None:
@@ -388,7 +414,8 @@ class CallbackModule(CallbackBase):
         self._task_start = {}      # host -> when its current task started
         self._host_width = 12
         self._counts = {}          # host -> recap counters
-        self._failures = 0
+        self._own_line = False
+        self._untee = None
 
     # -- the log file and the default callback that writes it --------------------------------------------------
 
@@ -409,6 +436,29 @@ class CallbackModule(CallbackBase):
             return
         full._display = _FileDisplay(self._log, self._display.verbosity)
         self._full = full
+        self._tee_core_messages()
+
+    def _tee_core_messages(self):
+        """Copy what ansible-core prints itself (its warnings, errors, -v output) into the log too.
+
+        The display is ansible-core's one Display object: its display method on this instance gets a wrapper
+        that writes to the log whatever this callback did not print itself, and is put back at the end.
+        """
+        display = self._display
+        original = display.display
+        log = self._log
+
+        def display_and_log(msg, *args, **kwargs):
+            if not self._own_line and not kwargs.get("screen_only"):
+                log.write("%s\n" % (msg,))
+            return original(msg, *args, **kwargs)
+
+        def untee():
+            if display.display is display_and_log:
+                display.display = original
+
+        display.display = display_and_log
+        self._untee = untee
 
     def _forward(self, method, *args, **kwargs):
         if self._full is None:
@@ -434,7 +484,11 @@ class CallbackModule(CallbackBase):
     # -- the terminal -------------------------------------------------------------------------------------------
 
     def _line(self, text, color=None):
-        self._display.display(text, color=color)
+        self._own_line = True
+        try:
+            self._display.display(text, color=color)
+        finally:
+            self._own_line = False
 
     def _host_label(self, host):
         return host.ljust(self._host_width)
@@ -641,7 +695,6 @@ class CallbackModule(CallbackBase):
             self._count(host, "rescued")
         else:
             phase.failed += 1
-            self._failures += 1
             self._count(host, "failed")
         self._forward("v2_runner_on_failed", result, ignore_errors=ignore_errors)
 
@@ -708,6 +761,9 @@ class CallbackModule(CallbackBase):
             verdict = "FAILED" if summary["failures"] or summary["unreachable"] else "ok"
             color = C.COLOR_ERROR if verdict == "FAILED" else (C.COLOR_CHANGED if summary["changed"] else C.COLOR_OK)
             self._line("  %s  %-6s  %s" % (self._host_label(host), verdict, "  ".join(parts)), color=color)
+        if self._untee is not None:
+            self._untee()
+            self._untee = None
         if self._log is not None and self._log.path:
             cut = " (cut at %s: log_max_size)" % _size(self._log.max_size) if self._log.truncated else ""
             self._log.close()
