@@ -86,9 +86,11 @@ options:
       - name: GPUFLEET_PHASES_SHOW_VAR
 notes:
   - Molecule's idempotence step reads the default callback's output; keep this callback out of molecule runs.
-  - Messages that ansible-core prints itself rather than through the callback (for example "Could not match supplied
-    host pattern", or the final error of a playbook that could not be parsed) reach the terminal as usual and are
-    not in the log file.
+  - Messages that ansible-core prints itself rather than through the callback (for example a template warning, or
+    C(-vvv) connection output) reach the terminal as usual and are copied into the log while it is open, from the
+    playbook's start to its recap; the inventory's warnings before the start and the final error of a failed run
+    after the recap are not in the log file.
+  - Deprecation warnings follow ansible-core's C(deprecation_warnings) setting.
 """
 
 EXAMPLES = r"""
@@ -546,6 +548,8 @@ class CallbackModule(CallbackBase):
     def _warnings(self, result):
         for warning in getattr(result, "warnings", None) or []:
             self._line("[WARNING] %s: %s" % (self._where(result), _summary_text(warning)), color=C.COLOR_WARN)
+        if not C.config.get_config_value("DEPRECATION_WARNINGS"):
+            return
         for deprecation in getattr(result, "deprecations", None) or []:
             self._line("[DEPRECATION WARNING] %s: %s" % (self._where(result), _summary_text(deprecation)),
                        color=C.COLOR_DEPRECATE)
