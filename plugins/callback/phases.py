@@ -283,6 +283,7 @@ class _FileDisplay:
         self.verbosity = verbosity
         self.columns = 79
         self.b_cowsay = None
+        self._seen = set()
 
     def display(self, msg, color=None, stderr=False, screen_only=False, log_only=False, newline=True, caplevel=None):
         if screen_only:
@@ -318,17 +319,25 @@ class _FileDisplay:
     def debug(self, msg, host=None):
         return
 
+    def _once(self, text):
+        """Display text unless it was displayed before, as ansible-core shows each warning once."""
+        if text in self._seen:
+            return
+        if len(self._seen) < 10000:
+            self._seen.add(text)
+        self.display(text)
+
     def warning(self, msg, formatted=False, **kwargs):
-        self.display("[WARNING]: %s" % msg)
+        self._once("[WARNING]: %s" % msg)
 
     def _warning(self, warning):
-        self.display("[WARNING]: %s" % _summary_text(warning))
+        self._once("[WARNING]: %s" % _summary_text(warning))
 
     def deprecated(self, msg, *args, **kwargs):
-        self.display("[DEPRECATION WARNING]: %s" % msg)
+        self._once("[DEPRECATION WARNING]: %s" % msg)
 
     def _deprecated(self, deprecation):
-        self.display("[DEPRECATION WARNING]: %s" % _summary_text(deprecation))
+        self._once("[DEPRECATION WARNING]: %s" % _summary_text(deprecation))
 
     def error(self, msg, wrap_text=True, stderr=True):
         self.display("[ERROR]: %s" % msg)
@@ -415,7 +424,6 @@ class CallbackModule(CallbackBase):
         self._phases = {}          # host -> the open _Phase of the current play
         self._task_start = {}      # host -> when its current task started
         self._host_width = 12
-        self._counts = {}          # host -> recap counters
         self._own_line = False
         self._untee = None
 
@@ -532,12 +540,7 @@ class CallbackModule(CallbackBase):
             self._phases[host] = phase
         phase.tasks += 1
         phase.end = time.time()
-        return host, phase
-
-    def _count(self, host, key):
-        counts = self._counts.setdefault(host, {"ok": 0, "changed": 0, "failed": 0, "unreachable": 0, "rescued": 0,
-                                                "ignored": 0, "skipped": 0})
-        counts[key] += 1
+        return phase
 
     def _where(self, result):
         phase = _phase_of(result.task, self._play_name)
@@ -545,7 +548,9 @@ class CallbackModule(CallbackBase):
         name = (task.name or task.action or "").strip()
         return "%s | %s | %s" % (result.host.get_name(), phase, name)
 
-    def _warnings(self, result):
+    def _warnings(self, result, loop_done=False):
+        if loop_done and isinstance(result.result.get("results"), list):
+            return  # a loop's result repeats the warnings its items had: those were printed with each item
         for warning in getattr(result, "warnings", None) or []:
             self._line("[WARNING] %s: %s" % (self._where(result), _summary_text(warning)), color=C.COLOR_WARN)
         if not C.config.get_config_value("DEPRECATION_WARNINGS"):
@@ -675,46 +680,42 @@ class CallbackModule(CallbackBase):
             # tasks are, so the include does not open a phase between two roles
             self._forward("v2_runner_on_ok", result)
             return
-        host, phase = self._phase_for(result)
+        phase = self._phase_for(result)
         changed = result.is_changed()
         phase.ok += 1
-        self._count(host, "ok")
         if changed:
             phase.changed += 1
-            self._count(host, "changed")
-        self._warnings(result)
+        self._warnings(result, loop_done=True)
         self._print_shown(result)
         self._follow_report_dir(result)
         self._forward("v2_runner_on_ok", result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        host, phase = self._phase_for(result)
-        self._warnings(result)
+        phase = self._phase_for(result)
+        self._warnings(result, loop_done=True)
         rescue = self._print_failure(result, ignore_errors=ignore_errors)
         if ignore_errors:
+            # ansible-core counts an ignored failure as ok, and as changed when it changed something
             phase.ignored += 1
-            self._count(host, "ignored")
+            if result.is_changed():
+                phase.changed += 1
         elif rescue:
             phase.rescued += 1
-            self._count(host, "rescued")
         else:
             phase.failed += 1
-            self._count(host, "failed")
         self._forward("v2_runner_on_failed", result, ignore_errors=ignore_errors)
 
     def v2_runner_on_skipped(self, result):
         if result.task.action in C._ACTION_ALL_INCLUDES:
             self._forward("v2_runner_on_skipped", result)
             return
-        host, phase = self._phase_for(result)
+        phase = self._phase_for(result)
         phase.skipped += 1
-        self._count(host, "skipped")
         self._forward("v2_runner_on_skipped", result)
 
     def v2_runner_on_unreachable(self, result):
-        host, phase = self._phase_for(result)
+        phase = self._phase_for(result)
         phase.unreachable += 1
-        self._count(host, "unreachable")
         self._line("UNREACHABLE %s" % self._where(result), color=C.COLOR_UNREACHABLE)
         for line in self._detail(result.result) or ["  (no message; the log has the whole result)"]:
             self._line(line, color=C.COLOR_UNREACHABLE)

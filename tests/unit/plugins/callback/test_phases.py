@@ -257,17 +257,37 @@ def test_full_log_in_the_report_directory(fleet_run):
     assert not os.path.exists(os.path.join(fleet_run["tmp"], "gpufleet-reports"))
 
 
+LOOP_PLAY = """
+- name: Roll out
+  hosts: fleet
+  gather_facts: false
+  tasks:
+    - name: Check each model's warnings
+      warner:
+      loop: [kimi-k2.5, minimax-m2.5]
+    - name: After the stop
+      ansible.builtin.debug:
+        msg: stopped
+"""
+
+
 def test_without_report_dir_the_log_goes_to_log_dir(tmp_path):
     tmp = str(tmp_path)
-    play = PLAYBOOK.split("- name: Roll out\n", 1)[1].split("- name: Reach the spare host", 1)[0]
-    rc, out, err = playbook_run(tmp, "- name: Roll out\n" + play, hosts=HOSTS[:1])
+    write(os.path.join(tmp, "library", "warner.py"), WARNER)
+    rc, out, err = playbook_run(tmp, LOOP_PLAY, hosts=HOSTS[:1])
     assert rc == 0, out + err
+    # each item's warning once: not again from the loop's result, which repeats them
+    warnings = [line for line in out.splitlines() if line.startswith("[WARNING] gpu-node-1 | Roll out | Check each model's warnings: ")]
+    assert len(warnings) == 2, out
     logs = glob.glob(os.path.join(tmp, "gpufleet-reports", "logs", "play-*.log"))
     assert len(logs) == 1, out
     assert re.match(r"^play-\d{8}T\d{6}Z\.log$", os.path.basename(logs[0]))
     assert out.splitlines()[-1] == "Full log: %s" % logs[0]
     with open(logs[0], encoding="utf-8") as handle:
-        assert "TASK [After the stop] " in handle.read()
+        log = handle.read()
+    assert "TASK [After the stop] " in log
+    # as ansible-core's display does, the log says a warning once
+    assert log.count("[WARNING]: the staged build is 3 nightlies older") == 1, log
 
 
 def test_log_size_cap(tmp_path):
