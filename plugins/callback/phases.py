@@ -147,7 +147,7 @@ def _summary_text(summary):
 def _truthy(value):
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "on", "1")
-    return bool(value) and value is not None
+    return bool(value)
 
 
 def _text(value):
@@ -391,18 +391,22 @@ def _phase_of(task, play_name):
 
 
 def _rescue_of(task):
-    """The name of the block whose rescue handles a failure of task, or None when no rescue does."""
-    child = task
+    """The name of the block whose rescue handles a failure of task, or None when no rescue does.
+
+    The task, or a block or include on its way up to the play, must be in the block section of a block that has a
+    rescue (a failure in a rescue or always section goes up to the next block). A static import_role puts the
+    role's blocks in the block section while their parent is the import, so the whole way up is compared.
+    """
+    path = {getattr(task, "_uuid", None), id(task)}
     parent = getattr(task, "_parent", None)
     depth = 0
     while parent is not None and depth < 64:
         depth += 1
         if isinstance(parent, Block) and parent.rescue:
-            uuid = getattr(child, "_uuid", None)
-            if any(item is child or (uuid is not None and getattr(item, "_uuid", None) == uuid) for item in parent.block):
+            if any(id(item) in path or getattr(item, "_uuid", None) in path for item in parent.block):
                 names = [getattr(item, "name", "") for item in parent.rescue]
                 return parent.name or next((name for name in names if name), "the block")
-        child = parent
+        path.update((getattr(parent, "_uuid", None), id(parent)))
         parent = getattr(parent, "_parent", None)
     return None
 

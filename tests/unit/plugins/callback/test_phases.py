@@ -307,3 +307,55 @@ def test_log_size_cap(tmp_path):
     assert log.rstrip("\n").endswith("[log cut here: it reached its cap of 3000 bytes (log_max_size); the rest of the run is not in it]")
     assert "TASK [Say line 19]" not in log
     assert out.splitlines()[-1].endswith(" (cut at 3000 bytes: log_max_size)"), out
+
+
+RESCUE_PLAY = """
+- name: Roll out
+  hosts: fleet
+  gather_facts: false
+  tasks:
+    - name: Roll out this host
+      block:
+        - name: Cut over (included)
+          ansible.builtin.include_role:
+            name: cutover
+      rescue:
+        - name: Put the previous build back
+          ansible.builtin.debug:
+            msg: back
+    - name: Roll out again
+      block:
+        - name: Cut over (imported)
+          ansible.builtin.import_role:
+            name: cutover
+      rescue:
+        - name: Start the previous build
+          ansible.builtin.fail:
+            msg: the previous build did not start either
+"""
+
+CUTOVER_TASKS = """
+- name: Switch inside a block of the role's own
+  block:
+    - name: Switch the environment link
+      ansible.builtin.fail:
+        msg: the staged environment has no python
+"""
+
+
+def test_rescue_through_include_and_import_role(tmp_path):
+    tmp = str(tmp_path)
+    write(os.path.join(tmp, "roles", "cutover", "tasks", "main.yml"), "---\n" + CUTOVER_TASKS)
+    rc, out, err = playbook_run(tmp, RESCUE_PLAY, hosts=HOSTS[:1])
+    assert rc != 0, out + err
+    lines = out.splitlines()
+    # a failure in a role that a play's block includes (or imports) is rescued by that block
+    assert 'FAILED (rescued by "Roll out this host") gpu-node-1 | cutover | Switch the environment link' in lines, out
+    assert 'FAILED (rescued by "Roll out again") gpu-node-1 | cutover | Switch the environment link' in lines, out
+    # a failure in a rescue section is a failure
+    assert "FAILED gpu-node-1 | Roll out | Start the previous build" in lines, out
+    assert lines[lines.index("FAILED gpu-node-1 | Roll out | Start the previous build") + 1] == \
+        "  msg: the previous build did not start either"
+    assert [line for line in lines if re.match(r"^  gpu-node-1 +cutover ", line)] == [
+        line for line in lines if re.match(r"^  gpu-node-1 +cutover +ok \(1 rescued\) +1 task +\d+\.\d s$", line)]
+    assert re.search(r"^  gpu-node-1 +FAILED +ok=2 +changed=0 +failed=1 +rescued=2$", out, re.M), out
