@@ -637,8 +637,9 @@ class CallbackModule(CallbackBase):
     # -- playbook and play events -------------------------------------------------------------------------------
 
     def v2_playbook_on_start(self, playbook):
-        name = os.path.splitext(os.path.basename(getattr(playbook, "_file_name", "") or "ansible-playbook"))[0]
-        self._open_log(name)
+        if self._log is None:  # ansible-core sends the stats after each playbook: each has a log of its own
+            name = os.path.splitext(os.path.basename(getattr(playbook, "_file_name", "") or "ansible-playbook"))[0]
+            self._open_log(name)
         self._forward("v2_playbook_on_start", playbook)
 
     def v2_playbook_on_play_start(self, play):
@@ -773,9 +774,11 @@ class CallbackModule(CallbackBase):
         if self._untee is not None:
             self._untee()
             self._untee = None
-        if self._log is not None and self._log.path:
-            cut = " (cut at %s: log_max_size)" % _size(self._log.max_size) if self._log.truncated else ""
-            self._log.close()
-            self._line("Full log: %s%s" % (self._log.path, cut))
-        elif self._log is not None:
-            self._log.close()
+        log, self._log, self._full = self._log, None, None
+        self._started = time.time()
+        if log is not None and log.path:
+            cut = " (cut at %s: log_max_size)" % _size(log.max_size) if log.truncated else ""
+            log.close()
+            self._line("Full log: %s%s" % (log.path, cut))
+        elif log is not None:
+            log.close()
