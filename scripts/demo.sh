@@ -9,6 +9,9 @@
 #   scripts/demo.sh --reset    recreate the three hosts dirty, THEN roll out
 #                              again (scripts/sim_fleet.sh reset only resets)
 # Extra arguments go to ansible-playbook (e.g. --check, --tags debug_artifacts).
+# The terminal shows one line per host and phase (the gpufleet.vllm.phases
+# callback); the full ansible-playbook output goes to the run's report
+# directory. ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default prints it all.
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,7 +20,7 @@ cd "$REPO_ROOT"
 RESET=0
 case "${1:-}" in
   --reset) RESET=1; shift ;;
-  -h|--help) sed -n '4,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '4,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 "$REPO_ROOT/scripts/bootstrap.sh"
@@ -29,5 +32,6 @@ else
   "$REPO_ROOT/scripts/sim_fleet.sh" up
 fi
 
+export ANSIBLE_STDOUT_CALLBACK="${ANSIBLE_STDOUT_CALLBACK:-gpufleet.vllm.phases}"
 log "ansible-playbook playbooks/rollout.yml -i tests/sim/inventory $*"
 exec ansible-playbook -i tests/sim/inventory playbooks/rollout.yml "$@"
