@@ -103,7 +103,7 @@ def install(tmp):
 
 def record_files(site, dist_info):
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import read_record
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.record import read_record
     rows, dummy = read_record(os.path.join(dist_info, "RECORD"))
     files = [os.path.normpath(os.path.join(site, r.path)) for r in rows if r.digest is not None]
     return files, sum(r.size or 0 for r in rows)
