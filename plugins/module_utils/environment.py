@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 
 #: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
@@ -73,6 +72,8 @@ def _default_run(argv, timeout=PROBE_TIMEOUT):
     """Run ``argv`` (a list, no shell) with :func:`bounded.run_bounded`: its own session, killed whole after
     ``timeout`` seconds, at most 1 MiB of each output read.  Returns ``(rc, stdout, stderr)``; raises
     :class:`subprocess.TimeoutExpired` when the deadline passed, OSError when it could not be started."""
+    # imported here: only the python option runs a probe (AnsiballZ still ships it)
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
     rc, out, err = bounded.run_bounded(argv, timeout, max_output=_PROBE_OUTPUT_LIMIT)
     if bounded.timed_out(rc, err):
         raise subprocess.TimeoutExpired(argv, timeout)

@@ -105,9 +105,6 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.uvtaint import (
     default_uv_cache_dirs,
     find_uv_taint,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
-    compare_wheel,
-)
 
 #: Every class a RECORD entry or a found file can end up in.
 CLASSES = ("ok", "modified", "size_differs", "missing", "unreadable", "unhashed",
@@ -417,6 +414,8 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     # -- wheel: RECORD against the wheel's, and diffs ---------------------
     changed_lines = {}
     if wheel:
+        # imported here: zipfile and difflib are only needed when a wheel is given (AnsiballZ still ships it)
+        from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import compare_wheel
         compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
                        diff_max_bytes, already, deadline)
 

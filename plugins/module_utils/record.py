@@ -23,7 +23,6 @@ distribution lists (:class:`Owners`).  Used by :mod:`integrity`,
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import base64
 import binascii
 import csv
 import io
@@ -310,7 +309,7 @@ def read_record(path, limit=None):
 
 
 def b64(digest):
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return binascii.b2a_base64(digest, newline=False).rstrip(b"=").decode("ascii").replace("+", "-").replace("/", "_")
 
 
 def safe_text(text):

@@ -1015,3 +1015,28 @@ def test_real_uv_cache_taint_and_what_a_reinstall_does(real_env, tmp_path):
     uv_install(root, cache, wheel, link_mode="copy", reinstall=True)
     clean = verify(venv=str(root), uv_cache_dirs=[cache])
     assert clean["pristine"] is True, clean["msg"]
+
+
+# ---------------------------------------------------------------------------
+# What a check loads (the module's start is part of every task's time)
+# ---------------------------------------------------------------------------
+
+def test_a_check_without_a_wheel_or_an_interpreter_loads_no_wheel_diff_and_no_runner(env):
+    """zipfile and difflib (the wheel diff) and the bounded runner (the python probe) are loaded only when used."""
+    code = ("import sys\n"
+            "from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity\n"
+            "result = integrity.verify(venv=sys.argv[1], dist_name='demo', uv_cache_dirs=[])\n"
+            "loaded = [m for m in ('zipfile', 'difflib', 'ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff',\n"
+            "                      'ansible_collections.gpufleet.vllm.plugins.module_utils.bounded') if m in sys.modules]\n"
+            "print(result['pristine'], loaded)\n")
+    proc = subprocess.run([sys.executable, "-c", code, env.root], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)), timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().split("\n")[0] == "True []"
+
+
+def test_record_digest_text_is_urlsafe_base64_without_padding():
+    for size in (32, 48, 64):
+        for seed in range(200):
+            digest = hashlib.sha512(b"%d-%d" % (size, seed)).digest()[:size]
+            assert record.b64(digest) == base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
