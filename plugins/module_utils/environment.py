@@ -22,7 +22,9 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.record import Integr
 
 #: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
 #: (``.pth`` files, sitecustomize) run, so the venv is found from its
-#: ``pyvenv.cfg`` here (Python before 3.11 sets ``sys.prefix`` in site.py).
+#: ``pyvenv.cfg`` here (Python before 3.11 sets ``sys.prefix`` in site.py),
+#: and its paths come from the venv scheme: Debian's default scheme for a
+#: prefix is ``posix_local`` (``<prefix>/local/lib/pythonX.Y/dist-packages``).
 _PROBE = ("import json, os, site, sys, sysconfig\n"
           "prefix = sys.prefix\n"
           "here = os.path.dirname(os.path.abspath(sys.executable))\n"
@@ -31,7 +33,8 @@ _PROBE = ("import json, os, site, sys, sysconfig\n"
           "        prefix = cand\n"
           "        break\n"
           "v = {'base': prefix, 'platbase': prefix} if prefix != sys.prefix else None\n"
-          "p = sysconfig.get_paths(vars=v) if v else sysconfig.get_paths()\n"
+          "s = 'venv' if 'venv' in sysconfig.get_scheme_names() else ('posix_prefix' if os.name == 'posix' else 'nt')\n"
+          "p = sysconfig.get_paths(s, vars=v) if v else sysconfig.get_paths()\n"
           "g = getattr(site, 'getsitepackages', lambda *a: [])([prefix])\n"
           "print(json.dumps({'purelib': p.get('purelib'), 'platlib': p.get('platlib'), 'site': g, "
           "'scripts': p.get('scripts'), 'data': p.get('data'), 'prefix': prefix, "

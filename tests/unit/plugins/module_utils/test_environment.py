@@ -8,6 +8,8 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import os
+import subprocess
 import sys
 import sysconfig
 
@@ -53,3 +55,24 @@ def test_locate_environment_input_errors(tmp_path):
         environment.locate_environment(venv=str(tmp_path))
     with pytest.raises(IntegrityError, match="exactly one of"):
         environment.locate_environment(venv=str(tmp_path), site_packages=str(tmp_path))
+
+
+def _debian_python():
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        return None
+    proc = subprocess.run([python, "-c", "import sysconfig; print('posix_local' in sysconfig.get_scheme_names())"],
+                          stdout=subprocess.PIPE, timeout=30, check=False)
+    return python if proc.stdout.strip() == b"True" else None
+
+
+@pytest.mark.skipif(_debian_python() is None, reason="needs a Debian-patched /usr/bin/python3 (posix_local scheme)")
+def test_interpreter_of_a_venv_made_by_debians_python_reports_the_venvs_site_packages(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([_debian_python(), "-m", "venv", "--without-pip", str(venv)], timeout=60, check=True)
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          stdout=subprocess.PIPE, timeout=30, check=True)
+    site = str(venv / "lib" / ("python" + proc.stdout.decode().strip()) / "site-packages")
+    located = environment.locate_environment(python=str(venv / "bin" / "python"))
+    assert located.site_dirs[0] == site
+    assert located.root == str(venv) and located.scripts_dir == str(venv / "bin")
