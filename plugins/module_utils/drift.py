@@ -39,13 +39,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
+from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment, venv_site_dirs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
-    IntegrityError,
-    locate_environment,
-    venv_site_dirs,
-    verify,
-)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     JSONEditError,
     directory_entries,

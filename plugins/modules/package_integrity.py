@@ -348,12 +348,9 @@ elapsed:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import DEFAULT_PATTERNS
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
-    IntegrityError,
-    locate_environment,
-    safe_text,
-    verify,
-)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 
 
 def main():

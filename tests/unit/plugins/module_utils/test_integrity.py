@@ -27,13 +27,13 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import zipfile
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError, verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck, integrity, record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PYDIR = "python%d.%d" % sys.version_info[:2]
@@ -245,12 +245,12 @@ def test_appended_block_is_size_differs_and_not_hashed(env, monkeypatch):
     with open(path, "ab") as handle:
         handle.write(b"\nimport torch as _t\n_t.save(1, '/tmp/x.pt')\n")
     hashed = []
-    real = integrity._HASHERS["sha256"]
+    real = filecheck.HASHERS["sha256"]
 
     def counting(data=b""):
         hashed.append(len(data))
         return real(data)
-    monkeypatch.setitem(integrity._HASHERS, "sha256", counting)
+    monkeypatch.setitem(filecheck.HASHERS, "sha256", counting)
     result = run(env)
     assert drift(result) == {"size_differs": 1}
     item = result["files"]["size_differs"][0]
@@ -728,69 +728,21 @@ def test_replaced_file_does_not_taint_and_other_links_are_named(env, tmp_path):
     assert open(cache_file, "rb").read() == DEMO_FILES["demo/core.py"]
 
 
-def test_default_uv_cache_dirs(tmp_path, monkeypatch):
-    for sub in ("a", "xdg/uv", "home/.cache/uv"):
-        (tmp_path / sub).mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    environ = {"UV_CACHE_DIR": str(tmp_path / "a"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    assert integrity.default_uv_cache_dirs(environ) == [
-        str(tmp_path / "a"), str(tmp_path / "xdg" / "uv"), str(tmp_path / "home" / ".cache" / "uv")]
-    assert integrity.default_uv_cache_dirs({"UV_CACHE_DIR": str(tmp_path / "missing")}) == [
-        str(tmp_path / "home" / ".cache" / "uv")]
-
-
 # ---------------------------------------------------------------------------
 # Locating the environment, RECORD API
 # ---------------------------------------------------------------------------
 
-def test_locate_environment_runs_the_target_interpreter():
-    located = integrity.locate_environment(python=sys.executable)
-    assert located.site_dirs[0] == sysconfig.get_paths()["purelib"]
-    assert located.scripts_dir == sysconfig.get_paths()["scripts"]
-    assert located.python_version == "%d.%d.%d" % sys.version_info[:3]
-
-
-def test_locate_environment_uses_the_given_runner_with_a_list(env):
-    seen = []
-
-    def runner(argv):
-        seen.append(argv)
-        return 0, '{"purelib": "%s", "platlib": "%s", "scripts": "/x/bin", "prefix": "/x"}\n' % (env.site, env.site), ""
-    located = integrity.locate_environment(python=sys.executable, run_command=runner)
-    assert isinstance(seen[0], list) and seen[0][:4] == [sys.executable, "-I", "-S", "-c"]
-    assert located.site_dirs == [env.site] and located.scripts_dir == "/x/bin"
-
-
-@pytest.mark.parametrize("answer, message", [
-    ((1, "", "Traceback ...\nImportError: bad"), "could not report its site-packages (exit code 1: Traceback"),
-    ((0, "hello\n", ""), "not the expected JSON"),
-])
-def test_locate_environment_broken_interpreter(answer, message):
-    with pytest.raises(IntegrityError) as exc:
-        integrity.locate_environment(python=sys.executable, run_command=lambda argv: answer)
-    assert message in str(exc.value)
-
-
-def test_locate_environment_input_errors(tmp_path):
-    with pytest.raises(IntegrityError, match="does not exist or is not executable"):
-        integrity.locate_environment(python=str(tmp_path / "python"))
-    with pytest.raises(IntegrityError, match="No lib/python"):
-        integrity.locate_environment(venv=str(tmp_path))
-    with pytest.raises(IntegrityError, match="exactly one of"):
-        integrity.locate_environment(venv=str(tmp_path), site_packages=str(tmp_path))
-
-
 def test_first_site_directory_wins_later_ones_are_shadowed(env, tmp_path):
     other_site = install_wheel(make_wheel(tmp_path, version="0.9"), tmp_path / "base")
-    environment = integrity.Environment([env.site, other_site], os.path.join(env.root, "bin"), env.root, "test")
-    result = verify(environment=environment, dist_name="demo", uv_cache_dirs=[])
+    located = environment.Environment([env.site, other_site], os.path.join(env.root, "bin"), env.root, "test")
+    result = verify(environment=located, dist_name="demo", uv_cache_dirs=[])
     assert result["pristine"] is True and result["version"] == "1.0"
     assert result["shadowed"] == [os.path.join(other_site, "demo-0.9.dist-info")]
 
 
 def test_venv_with_lib64_link_is_one_site_directory(env):
     os.symlink("lib", os.path.join(env.root, "lib64"))
-    located = integrity.locate_environment(venv=env.root)
+    located = environment.locate_environment(venv=env.root)
     assert located.site_dirs == [env.site]
     assert run(env)["pristine"] is True
 
@@ -804,7 +756,7 @@ def test_record_that_is_a_symlink_is_not_followed(env, tmp_path):
 
 
 def test_read_record_api(env):
-    rows, malformed = integrity.read_record(env.record)
+    rows, malformed = record.read_record(env.record)
     assert malformed == []
     by_path = dict((r.path, r) for r in rows)
     core = by_path["demo/core.py"]
@@ -1063,3 +1015,28 @@ def test_real_uv_cache_taint_and_what_a_reinstall_does(real_env, tmp_path):
     uv_install(root, cache, wheel, link_mode="copy", reinstall=True)
     clean = verify(venv=str(root), uv_cache_dirs=[cache])
     assert clean["pristine"] is True, clean["msg"]
+
+
+# ---------------------------------------------------------------------------
+# What a check loads (the module's start is part of every task's time)
+# ---------------------------------------------------------------------------
+
+def test_a_check_without_a_wheel_or_an_interpreter_loads_no_wheel_diff_and_no_runner(env):
+    """zipfile and difflib (the wheel diff) and the bounded runner (the python probe) are loaded only when used."""
+    code = ("import sys\n"
+            "from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity\n"
+            "result = integrity.verify(venv=sys.argv[1], dist_name='demo', uv_cache_dirs=[])\n"
+            "loaded = [m for m in ('zipfile', 'difflib', 'ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff',\n"
+            "                      'ansible_collections.gpufleet.vllm.plugins.module_utils.bounded') if m in sys.modules]\n"
+            "print(result['pristine'], loaded)\n")
+    proc = subprocess.run([sys.executable, "-c", code, env.root], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)), timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().split("\n")[0] == "True []"
+
+
+def test_record_digest_text_is_urlsafe_base64_without_padding():
+    for size in (32, 48, 64):
+        for seed in range(200):
+            digest = hashlib.sha512(b"%d-%d" % (size, seed)).digest()[:size]
+            assert record.b64(digest) == base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")

@@ -23,8 +23,8 @@ import time
 import pytest
 
 from helpers import load_source
-from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck, integrity, record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 
 helpers = load_source("gpufleet_integrity_helpers_hostile", "tests", "unit", "plugins", "module_utils", "test_integrity.py")
 
@@ -76,7 +76,7 @@ def test_probe_runs_no_pth_hook_and_still_finds_the_venv(tmp_path, base):
     assert marker.exists()
     marker.unlink()
 
-    located = integrity.locate_environment(python=python)
+    located = environment.locate_environment(python=python)
     assert not marker.exists(), "the probe ran the environment's .pth hook"
     assert os.path.realpath(located.site_dirs[0]) == os.path.realpath(site)
     assert os.path.realpath(located.scripts_dir) == os.path.realpath(os.path.join(root, "bin"))
@@ -88,7 +88,7 @@ def test_probe_of_a_sleeping_pth_does_not_hang(tmp_path):
     with open(os.path.join(site, "slow.pth"), "w") as handle:
         handle.write("import time; time.sleep(30)\n")
     started = time.monotonic()
-    located = integrity.locate_environment(python=python, timeout=10)
+    located = environment.locate_environment(python=python, timeout=10)
     assert time.monotonic() - started < 10
     assert os.path.realpath(located.site_dirs[0]) == os.path.realpath(site)
 
@@ -99,7 +99,7 @@ def test_probe_of_a_hanging_interpreter_is_killed_at_the_deadline(tmp_path):
     fake.chmod(0o755)
     started = time.monotonic()
     with pytest.raises(IntegrityError) as exc:
-        integrity.locate_environment(python=str(fake), timeout=1)
+        environment.locate_environment(python=str(fake), timeout=1)
     assert time.monotonic() - started < 5
     message = str(exc.value)
     assert str(fake) in message and "within 1 seconds" in message and "python_timeout" in message
@@ -130,7 +130,7 @@ def test_pristine_install_through_a_linked_site_packages_is_pristine(linked_site
     elif how == "site_packages":
         kw = {"site_packages": site}
     else:
-        kw = {"environment": integrity.Environment([site], os.path.join(root, "bin"), root, "test")}
+        kw = {"environment": environment.Environment([site], os.path.join(root, "bin"), root, "test")}
     result = integrity.verify(dist_name="demo", uv_cache_dirs=[], **kw)
     assert result["counts"]["outside"] == 0, result["files"]["outside"]
     assert result["pristine"] is True
@@ -178,12 +178,12 @@ def test_record_with_non_utf8_paths_and_odd_sizes_gives_a_valid_utf8_result(demo
 
 
 def test_record_larger_than_the_limit_cannot_be_verified(demo, monkeypatch):
-    root, site, record = demo
-    monkeypatch.setattr(integrity, "RECORD_LIMIT", os.path.getsize(record) - 1)
+    root, site, record_path = demo
+    monkeypatch.setattr(record, "RECORD_LIMIT", os.path.getsize(record_path) - 1)
     result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
     assert result["verifiable"] is False and result["pristine"] is False
-    assert "is larger than %d bytes" % (os.path.getsize(record) - 1) in result["reason"]
-    assert record in result["reason"]
+    assert "is larger than %d bytes" % (os.path.getsize(record_path) - 1) in result["reason"]
+    assert record_path in result["reason"]
 
 
 # ---------------------------------------------------------------------------
@@ -201,15 +201,15 @@ def test_record_path_with_thousands_of_components_is_no_crash(demo):
 def test_deep_unowned_tree_is_reported_at_the_depth_bound_not_walked(demo):
     root, site, record = demo
     deep = os.path.join(site, "demo")
-    for dummy in range(integrity.WALK_MAX_DEPTH + 30):
+    for dummy in range(filecheck.WALK_MAX_DEPTH + 30):
         deep = os.path.join(deep, "d")
     os.makedirs(deep)
     with open(os.path.join(deep, "hidden.py"), "w") as handle:
         handle.write("import torch\ntorch.save(1, '/tmp/x')\n")
     result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
     unowned = result["files"]["unowned"]
-    assert len(unowned) == 1 and unowned[0]["path"] == "demo" + "/d" * integrity.WALK_MAX_DEPTH + "/"
-    assert "nested more than %d levels deep" % integrity.WALK_MAX_DEPTH in unowned[0]["reason"]
+    assert len(unowned) == 1 and unowned[0]["path"] == "demo" + "/d" * filecheck.WALK_MAX_DEPTH + "/"
+    assert "nested more than %d levels deep" % filecheck.WALK_MAX_DEPTH in unowned[0]["reason"]
     assert result["pristine"] is False
 
 
@@ -219,7 +219,7 @@ def test_too_many_entries_is_a_clear_error(demo, monkeypatch):
     os.makedirs(extra)
     for number in range(40):
         open(os.path.join(extra, "f%d" % number), "w").close()
-    monkeypatch.setattr(integrity, "WALK_MAX_ENTRIES", 30)
+    monkeypatch.setattr(filecheck, "WALK_MAX_ENTRIES", 30)
     with pytest.raises(IntegrityError, match="More than 30 entries below .*site-packages"):
         integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
 
@@ -250,9 +250,9 @@ def test_deadline_stops_the_check_and_says_how_far_it_got(demo):
 
 
 def test_large_changed_python_file_gets_a_not_scanned_finding(demo):
-    root, site, record = demo
+    root, site, record_path = demo
     with open(os.path.join(site, "demo", "big.py"), "w") as handle:
-        handle.write("x = 1\n" * (integrity._TEXT_LIMIT // 6 + 10))
+        handle.write("x = 1\n" * (record.TEXT_LIMIT // 6 + 10))
     result = integrity.verify(venv=root, dist_name="demo", uv_cache_dirs=[])
     kinds = [(f["path"], f["kind"]) for f in result["findings"]]
     assert ("demo/big.py", "not_scanned") in kinds

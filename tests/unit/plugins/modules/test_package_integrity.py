@@ -205,7 +205,7 @@ def test_unexpected_error_is_one_sentence_not_a_traceback(run, venv, monkeypatch
 
     def broken(*args, **kwargs):
         raise OSError(5, "Input/output error", "/dev/sdz")
-    monkeypatch.setattr(integrity, "_walk", broken)
+    monkeypatch.setattr(integrity, "walk", broken)
     code, result = run(base_args(venv))
     assert code == 1 and result["changed"] is False
     assert result["msg"].startswith("The integrity check of demo stopped on an unexpected OSError: [Errno 5] Input/output error")

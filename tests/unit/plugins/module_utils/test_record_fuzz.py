@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""integrity: the RECORD reader on generated, hostile RECORD text.
+"""record: the RECORD reader on generated, hostile RECORD text.
 
 Any bytes give either rows and malformed entries or an IntegrityError, never
 another exception; every path, size and reason is usable and the malformed
@@ -17,8 +17,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity, record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 
 FIELD_CHARS = st.sampled_from([",", '"', "\n", "\r", "\x00", "=", "/", "..", "a", "Z", "9", "²", "٣", "-", "_",
                                "sha256=", "md5=", "\udcff", "é", " ", "\t", "\\"])
@@ -44,7 +44,7 @@ def check_parsed(parsed):
         assert row.size is None or (isinstance(row.size, int) and row.size >= 0)
         assert (row.algorithm is None) == (row.digest is None)
         if row.algorithm is not None:
-            assert row.algorithm in integrity.HASH_ALGORITHMS and isinstance(row.digest, bytes)
+            assert row.algorithm in record.HASH_ALGORITHMS and isinstance(row.digest, bytes)
     for item in malformed:
         assert set(item) == {"line", "path", "reason"} and isinstance(item["line"], int)
     json.dumps(integrity._clean(malformed)).encode("utf-8")
@@ -52,7 +52,7 @@ def check_parsed(parsed):
 
 def parse(data):
     try:
-        return integrity.parse_record(data)
+        return record.parse_record(data)
     except IntegrityError as exc:
         assert "RECORD" in str(exc)
         return [], []
@@ -72,17 +72,17 @@ def test_random_record_bytes_parse_cleanly(data):
 
 @pytest.mark.parametrize("size", ["²", "٣", "1" * 5000, "-1", " 1"])
 def test_odd_sizes_are_malformed_rows_not_crashes(size):
-    rows, malformed = integrity.parse_record(("demo/a.py,,%s\ndemo/b.py,sha256=%s,%s\n" % (size, "A" * 43, size)).encode())
+    rows, malformed = record.parse_record(("demo/a.py,,%s\ndemo/b.py,sha256=%s,%s\n" % (size, "A" * 43, size)).encode())
     assert rows == [] and [m["path"] for m in malformed] == ["demo/a.py", "demo/b.py"]
     assert all("is not a non-negative integer" in m["reason"] for m in malformed)
 
 
 def test_record_larger_than_the_limit_is_a_clear_error():
     with pytest.raises(IntegrityError, match="larger than 10 bytes"):
-        integrity.parse_record(b"a,,1\nb,,2\nc,,3\n", limit=10)
+        record.parse_record(b"a,,1\nb,,2\nc,,3\n", limit=10)
 
 
 def test_non_utf8_paths_are_kept_for_the_file_system_and_shown_safely():
-    rows, malformed = integrity.parse_record(b"demo/\xff.py,,3\n")
+    rows, malformed = record.parse_record(b"demo/\xff.py,,3\n")
     assert rows[0].path.encode("utf-8", "surrogateescape") == b"demo/\xff.py"
-    assert integrity.safe_text(rows[0].path) == "demo/\\xff.py"
+    assert record.safe_text(rows[0].path) == "demo/\\xff.py"

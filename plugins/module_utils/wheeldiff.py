@@ -1,0 +1,205 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""An installed distribution against its pristine wheel.
+
+The installed RECORD's hashes must be the wheel's (a rewritten RECORD would
+otherwise hide an edit), and each changed text file gets a bounded unified
+diff against the wheel's copy plus the numbers of the lines that changed (so
+a finding can say whether it is on a changed line).
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import difflib
+import os
+import zipfile
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
+    RECORD_LIMIT,
+    TEXT_LIMIT,
+    IntegrityError,
+    normalize_name,
+    parse_record,
+    read_small,
+)
+
+#: Files in a .dist-info directory the installer writes itself; they are not
+#: in the wheel, so a wheel comparison skips them.
+_INSTALLER_FILES = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json")
+
+
+# ---------------------------------------------------------------------------
+# Wheel comparison
+# ---------------------------------------------------------------------------
+
+def find_wheel(wheel, dist_name, version):
+    """A wheel file for ``dist_name`` ``version``: ``wheel`` itself when it is
+    a file, else the matching ``*.whl`` in the directory ``wheel``."""
+    if os.path.isfile(wheel):
+        return wheel
+    if not os.path.isdir(wheel):
+        raise IntegrityError("The wheel %s is neither a wheel file nor a wheelhouse directory." % wheel)
+    wanted = normalize_name(dist_name)
+    matches = []
+    for name in sorted(os.listdir(wheel)):
+        if not name.endswith(".whl"):
+            continue
+        parts = name[:-4].split("-")
+        if len(parts) < 5:
+            continue
+        if normalize_name(parts[0]) == wanted and (version is None or parts[1] == version):
+            matches.append(os.path.join(wheel, name))
+    if not matches:
+        raise IntegrityError("No wheel for %s %s in the wheelhouse %s." % (dist_name, version or "(any version)", wheel))
+    return matches[-1]
+
+
+def _decode_text(data):
+    if b"\x00" in data[:8192]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+#: Above this many differing lines (after the common head and tail), the
+#: matcher junks popular lines (an exact match of many repeated lines takes
+#: time cubic in their number: minutes for 2,000 lines).
+_EXACT_DIFF_LINES = 200
+#: Above this many differing lines every one of them counts as changed.
+_MAX_DIFF_LINES = 20000
+
+
+def _changed_lines(old_lines, new_lines):
+    """1-based line numbers of ``new_lines`` that are not in ``old_lines``;
+    bounded work (see :data:`_EXACT_DIFF_LINES`, :data:`_MAX_DIFF_LINES`)."""
+    head = 0
+    limit = min(len(old_lines), len(new_lines))
+    while head < limit and old_lines[head] == new_lines[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old_lines[-1 - tail] == new_lines[-1 - tail]:
+        tail += 1
+    old_mid = old_lines[head:len(old_lines) - tail]
+    new_mid = new_lines[head:len(new_lines) - tail]
+    if max(len(old_mid), len(new_mid)) > _MAX_DIFF_LINES:
+        return set(range(head + 1, head + len(new_mid) + 1))
+    exact = max(len(old_mid), len(new_mid)) <= _EXACT_DIFF_LINES
+    changed = set()
+    matcher = difflib.SequenceMatcher(None, old_mid, new_mid, autojunk=not exact)
+    for tag, dummy_i1, dummy_i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "insert"):
+            changed.update(range(head + j1 + 1, head + j2 + 1))
+    return changed
+
+
+def _diff_one(zf, member, installed, rel, max_bytes):
+    """(diff record, changed line numbers or None)."""
+    record = {"path": rel, "diff": "", "truncated": False}
+    try:
+        info = zf.getinfo(member)
+    except KeyError:
+        record["note"] = "not in the wheel"
+        return record, None
+    if info.file_size > TEXT_LIMIT:
+        record["note"] = "wheel copy is larger than %d bytes; no diff" % TEXT_LIMIT
+        return record, None
+    old = _decode_text(zf.read(info))
+    new_raw = read_small(installed, TEXT_LIMIT + 1)
+    if new_raw is None:
+        record["note"] = "installed file could not be read"
+        return record, None
+    if len(new_raw) > TEXT_LIMIT:
+        record["note"] = "installed file is larger than %d bytes; no diff" % TEXT_LIMIT
+        return record, None
+    new = _decode_text(new_raw)
+    if old is None or new is None:
+        record["note"] = "binary file (wheel %d bytes, installed %d bytes); no text diff" % (info.file_size, len(new_raw))
+        return record, None
+    old_lines = old.splitlines(True)
+    new_lines = new.splitlines(True)
+    text = "".join(difflib.unified_diff(old_lines, new_lines, "wheel/" + rel, "installed/" + rel, n=3))
+    encoded = text.encode("utf-8")
+    if len(encoded) > max_bytes:
+        text = encoded[:max_bytes].decode("utf-8", "ignore")
+        text = text[:text.rfind("\n") + 1] if "\n" in text else text
+        record["truncated"] = True
+        text += "... diff truncated at %d bytes (%d in all)\n" % (max_bytes, len(encoded))
+    record["diff"] = text
+    return record, _changed_lines(old_lines, new_lines)
+
+
+def _wheel_record(zf):
+    """path -> RecordRow of the wheel's own RECORD ({} when it has none)."""
+    for info in zf.infolist():
+        parts = info.filename.split("/")
+        if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
+            if info.file_size > RECORD_LIMIT:
+                raise IntegrityError("its RECORD is larger than %d bytes" % RECORD_LIMIT)
+            rows, dummy = parse_record(zf.read(info), limit=RECORD_LIMIT)
+            return dict((r.path, r) for r in rows)
+    return {}
+
+
+def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
+                   diff_max_bytes, already, deadline=None):
+    try:
+        path = find_wheel(wheel, dist_name, result["version"])
+    except IntegrityError as exc:
+        result["wheel_error"] = str(exc)
+        return
+    except OSError as exc:
+        result["wheel_error"] = "The wheel %s cannot be read: %s." % (wheel, exc.strerror or exc)
+        return
+    result["wheel"] = path
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        result["wheel_error"] = "The wheel %s cannot be opened: %s." % (path, exc)
+        return
+    with zf:
+        try:
+            wheel_rows = _wheel_record(zf)
+        except (IntegrityError, OSError, zipfile.BadZipFile, RuntimeError, ValueError) as exc:
+            result["wheel_error"] = "The wheel %s cannot be used: %s." % (path, exc)
+            return
+        if not wheel_rows:
+            result["wheel_error"] = "The wheel %s has no RECORD." % path
+        # The installed RECORD must carry the wheel's hashes: a rewritten RECORD
+        # would otherwise hide an edit.
+        dist_info_name = dist_info_rel.rsplit("/", 1)[-1]
+        for row in rows:
+            wrow = wheel_rows.get(row.path)
+            if wrow is None or wrow.algorithm is None:
+                continue
+            if row.path.startswith(dist_info_name + "/") and row.path.split("/", 1)[1] in _INSTALLER_FILES:
+                continue
+            if row.algorithm == wrow.algorithm and row.digest == wrow.digest:
+                continue
+            if row.path in already:
+                continue
+            reason = ("the installed RECORD's hash differs from the wheel's RECORD (%s): RECORD was rewritten"
+                      % os.path.basename(path))
+            check.add("modified", {"path": row.path, "reason": reason,
+                                   "expected_hash": wrow.hash_text, "record_hash": row.hash_text})
+            full = os.path.join(real_site, *row.path.split("/"))
+            if os.path.isfile(full) and not os.path.islink(full):
+                rescan.append((row.path, full, "changed"))
+        diffs = []
+        for label, full, why in rescan:
+            if why != "changed" or len(diffs) >= check.max_list:
+                continue
+            if label.startswith("../") or os.path.isabs(label):
+                continue
+            if deadline is not None:
+                deadline.check("diffing changed files against the wheel (%d done; the hashes were all checked)" % len(diffs))
+            record, lines = _diff_one(zf, label, full, label, max(256, int(diff_max_bytes)))
+            diffs.append(record)
+            if lines is not None:
+                changed_lines[label] = lines
+        result["diffs"] = diffs
