@@ -350,12 +350,14 @@ class _Phase:
     """One host's run of consecutive tasks of one phase: counters only, never the results."""
 
     __slots__ = ("name", "start", "end", "tasks", "ok", "changed", "failed", "rescued", "ignored", "skipped",
-                 "unreachable")
+                 "unreachable", "own", "busy")
 
-    def __init__(self, name, start):
+    def __init__(self, name, start, own=False):
         self.name = name
         self.start = start
         self.end = start
+        self.own = own    # the play's own tasks (not a role's): counted together, timed by their own durations
+        self.busy = 0.0
         self.tasks = 0
         self.ok = self.changed = self.failed = self.rescued = self.ignored = self.skipped = self.unreachable = 0
 
@@ -425,8 +427,10 @@ class CallbackModule(CallbackBase):
         self._playbook = "ansible-playbook"
         self._started = time.time()
         self._play_name = ""
-        self._phases = {}          # host -> the open _Phase of the current play
+        self._phases = {}          # host -> the open _Phase of a role in the current play
+        self._own = {}             # host -> the _Phase of the play's own tasks (printed when the play ends)
         self._task_start = {}      # host -> when its current task started
+        self._task_begun = time.time()  # when the current task started (meta tasks start no runner)
         self._host_width = 12
         self._own_line = False
         self._untee = None
@@ -511,8 +515,8 @@ class CallbackModule(CallbackBase):
         if len(host) > self._host_width:
             self._host_width = min(len(host), 40)
 
-    def _close_phase(self, host):
-        phase = self._phases.pop(host, None)
+    def _close_phase(self, host, own=False):
+        phase = (self._own if own else self._phases).pop(host, None)
         if phase is None:
             return
         name = phase.name if len(phase.name) <= PHASE_WIDTH else phase.name[:PHASE_WIDTH - 3] + "..."
@@ -523,27 +527,42 @@ class CallbackModule(CallbackBase):
             color = C.COLOR_ERROR
         elif phase.changed:
             color = C.COLOR_CHANGED
+        seconds = phase.busy if phase.own else phase.end - phase.start
         self._line("  %s  %s  %s  %s  %9s" % (self._host_label(host), name.ljust(PHASE_WIDTH), result.ljust(22), tasks.rjust(9),
-                                              _seconds(phase.end - phase.start)), color=color)
+                                              _seconds(seconds)), color=color)
 
     def _close_all(self):
         for host in list(self._phases):
             self._close_phase(host)
+        for host in list(self._own):
+            self._close_phase(host, own=True)
 
     def _phase_for(self, result):
         """The host's open phase for this result (closing the one before when the phase changes)."""
         host = result.host.get_name()
         self._note_host(host)
         name = _phase_of(result.task, self._play_name)
+        now = time.time()
+        start = max(self._task_start.get(host, self._task_begun), self._task_begun)
+        if getattr(result.task, "_role", None) is None:
+            # the play's own steps (notes, checks, the summary) between the roles: one entry per host and play,
+            # timed by what they took, so that a role's phase is not cut in two by a note between its tasks
+            phase = self._own.get(host)
+            if phase is None:
+                phase = self._own[host] = _Phase(name, start, own=True)
+            phase.tasks += 1
+            phase.busy += max(0.0, now - start)
+            phase.end = now
+            return phase
         phase = self._phases.get(host)
         if phase is not None and phase.name != name:
             self._close_phase(host)
             phase = None
         if phase is None:
-            phase = _Phase(name, self._task_start.get(host, time.time()))
+            phase = _Phase(name, start)
             self._phases[host] = phase
         phase.tasks += 1
-        phase.end = time.time()
+        phase.end = now
         return phase
 
     def _where(self, result):
@@ -659,6 +678,7 @@ class CallbackModule(CallbackBase):
         self._line("  no hosts left: the play stops", color=C.COLOR_ERROR)
 
     def v2_playbook_on_task_start(self, task, is_conditional):
+        self._task_begun = time.time()
         self._forward("v2_playbook_on_task_start", task, is_conditional)
 
     def v2_playbook_on_handler_task_start(self, task):
