@@ -118,22 +118,41 @@ def rollout_failed_hosts(hosts, hostvars):
     return [host for host in hosts or [] if host in hostvars and _bool(_get(hostvars[host], "rollout_failed", False))]
 
 
-def rollout_cutover_state(service_result, cutover=None):
-    """How far the host got before a failure: was the server stopped, was the link moved.
+def rollout_cutover_state(service_result):
+    """How far a host got before a failure: was the server stopped, was the link moved.
 
-    CUTOVER is what the rollout noted after a cutover that succeeded (empty when none did);
-    SERVICE_RESULT is the service role's last result (a failed cutover records how far it got there).
+    SERVICE_RESULT is the service role's result when the failure was caught: a cutover's (module
+    vllm_cutover) says so with cutover=true, and with state=failed how far it got (a result without
+    "stopped" is a cutover that did not answer: assume the server was stopped).
     """
-    done = isinstance(cutover, dict) and bool(cutover)
-    failed = isinstance(service_result, dict) and _bool(service_result.get("cutover")) and service_result.get("state") == "failed"
-    stopped = done or (failed and _bool(service_result.get("stopped", True)))
-    moved = (done and _bool(cutover.get("switched"))) or (failed and _bool(service_result.get("switched")))
-    return {"stopped": stopped, "link_moved": moved}
+    result = service_result if isinstance(service_result, dict) else {}
+    if not _bool(result.get("cutover")):
+        return {"stopped": False, "link_moved": False}
+    if result.get("state") == "failed":
+        return {"stopped": _bool(result.get("stopped", True)), "link_moved": _bool(result.get("switched"))}
+    return {"stopped": True, "link_moved": _bool(result.get("switched"))}
+
+
+def _fate(facts):
+    """(the forward cutover's result, rolled back, the rollback's failure) from a host's notes."""
+    service = _get(facts, "service_result", {}) or {}
+    if not _bool(_get(facts, "rollout_failed", False)):
+        return (service if _bool(service.get("cutover")) else {}), False, ""
+    forward = _get(facts, "rollout_cutover", {}) or {}
+    forward = forward if _bool(forward.get("cutover")) else {}
+    if not (_get(facts, "rollout_reached", {}) or {}).get("stopped"):
+        return forward, False, ""
+    if service == (_get(facts, "rollout_cutover", {}) or {}):
+        return forward, False, "the rollback did not reach its cutover"
+    if _bool(service.get("cutover")) and service.get("state") == "started":
+        return forward, True, ""
+    return forward, False, one_line(service.get("msg") or "no message")
 
 
 def rollout_status(facts):
     """The summary's status of one host from its notes (FACTS: a dict or a hostvars entry)."""
-    if _bool(_get(facts, "rollout_rolled_back", False)):
+    forward, rolled_back, dummy = _fate(facts)
+    if rolled_back:
         return "FAILED, rolled back"
     if _bool(_get(facts, "rollout_failed", False)):
         return "FAILED"
@@ -141,7 +160,7 @@ def rollout_status(facts):
         return "unchanged"
     if not _get(facts, "rollout_batch", []):
         return "untouched"
-    return "updated" if _bool(_get(facts, "rollout_restart", False)) else "unchanged"
+    return "updated" if forward else "unchanged"
 
 
 def _num_or_none(value):
@@ -159,7 +178,7 @@ def rollout_row(host, facts):
     plan_row = _get(_get(facts, "rollout_plan", {}) or {}, "row", {}) or {}
     # what the plan read (drift_info) is the state before; a batch's integrity check is the state after
     integrity = _get(facts, "rollout_integrity", {}) or {}
-    cutover = _get(facts, "rollout_cutover", {}) or {}
+    cutover, dummy, rollback_failure = _fate(facts)
     service = _get(facts, "service_result", {}) or {}
     done = status not in ("untouched",) and bool(_get(facts, "rollout_batch", []))
     dumps = _get(facts, "debug_artifacts_result", {}) or {} if done else {}
@@ -167,7 +186,6 @@ def rollout_row(host, facts):
     bench = _get(facts, "benchmark_result", {}) or {}
     rolled_back = status == "FAILED, rolled back"
     failure = _get(facts, "rollout_failure", "") or ""
-    rollback_failure = _get(facts, "rollout_rollback_failure", "") or ""
     if rollback_failure:
         failure = "%s; the rollback failed as well: %s" % (failure, rollback_failure)
     before = plan_row.get("build") or ""

@@ -195,6 +195,30 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+cutover:
+  description: Always V(true); with RV(state), tells the service role's readers (the rollout's rescue) that this result is
+    a cutover's, and how far it got.
+  returned: always
+  type: bool
+state:
+  description: V(started) when the server was restarted and is ready (in check mode, would be), V(failed) when the
+    cutover failed (see RV(failed_step), RV(stopped), RV(switched)).
+  returned: always
+  type: str
+  sample: started
+check_mode:
+  description: Whether the module ran in check mode (nothing was stopped).
+  returned: always
+  type: bool
+restarted:
+  description: V(true) when a running server was restarted (in check mode, would be).
+  returned: success
+  type: bool
+ready_at:
+  description: When the readiness gate passed (UTC, C(YYYY-MM-DDTHH:MM:SSZ)); null in check mode or without the gate.
+  returned: success
+  type: str
+  sample: "2026-12-04T10:15:42Z"
 changed:
   description: V(true) when the unit was (or, in check mode, would be) restarted.
   returned: always
@@ -309,6 +333,7 @@ msg:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -385,9 +410,16 @@ def main():
     params = module.params
     # every failure before the stop says so, for a rescue that decides whether to roll back
     untouched = dict(changed=False, stopped=False, switched=False, started=False, ready=False)
+
+    def fail(msg, **fields):
+        # the service role registers this result as service_result: say that a cutover failed, and how far it got
+        fields.setdefault("unit", module.params["unit"])
+        fields.update(cutover=True, state="failed", check_mode=module.check_mode)
+        module.fail_json(msg=msg, **fields)
+
     unit = params["unit"].strip()
     if not unit:
-        module.fail_json(msg="unit is empty: give the systemd unit of the server, for example vllm-kimi-k25.service.",
+        fail(msg="unit is empty: give the systemd unit of the server, for example vllm-kimi-k25.service.",
                          failed_step="options", **untouched)
     if "." not in unit:
         unit += ".service"
@@ -402,11 +434,11 @@ def main():
         except ValueError as exc:
             problems.append(str(exc))
     if problems:
-        module.fail_json(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
+        fail(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
 
     systemctl = module.get_bin_path("systemctl")
     if systemctl is None:
-        module.fail_json(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
+        fail(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
                          % unit, failed_step="unit", **untouched)
     limit = params["systemctl_timeout"]
     cutover = Cutover(
@@ -422,13 +454,16 @@ def main():
         cutover.prepare(check_mode=module.check_mode)
     except CutoverFailed as exc:
         exc.result["changed"] = False
-        module.fail_json(msg=exc.msg, **exc.result)
+        fail(msg=exc.msg, **exc.result)
     for warning in cutover.warnings:
         module.warn(warning)
     if module.check_mode and params["link"] and not os.path.isdir(params["link_target"]):
         module.warn("link_target %s does not exist (yet): in check mode nothing was staged." % params["link_target"])
 
     result = cutover.result
+    result.update(cutover=True, state="started", check_mode=module.check_mode)
+    if module.check_mode:
+        result["restarted"] = bool(result.get("was_active"))
     if module._diff and params["link"]:
         result["diff"] = {
             "before_header": params["link"], "after_header": params["link"],
@@ -443,7 +478,9 @@ def main():
     try:
         result = cutover.run()
     except CutoverFailed as exc:
-        module.fail_json(msg=exc.msg, **exc.result)
+        fail(msg=exc.msg, **exc.result)
+    result.update(cutover=True, state="started", check_mode=False, restarted=bool(result.get("was_active")),
+                  ready_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if result.get("ready") else None)
     phases = result["phases"]
     result["msg"] = "%s restarted%s: down %s s (stop %s s, load %s s)%s." % (
         unit, (" on %s" % result["link_after"]) if params["link"] else "",

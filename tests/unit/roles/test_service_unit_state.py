@@ -33,10 +33,10 @@ PLAY = """
     service_unit_dir: "{out}/units"
     service_vram_check: false
   tasks:
-    - name: Role defaults and vars
+    - name: Role defaults and vars (a static import whose tasks are all skipped)
       ansible.builtin.import_role:
         name: gpufleet.vllm.service
-        tasks_from: _defaults.yml
+      when: false
     - name: Render the running unit (check mode)
       ansible.builtin.include_role:
         name: gpufleet.vllm.service

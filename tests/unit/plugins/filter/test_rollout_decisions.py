@@ -61,30 +61,44 @@ def test_an_unknown_benchmark_setting_is_refused():
         rollout_needs(plan(), "0.33.0", benchmark="sometimes")
 
 
+FORWARD = {"cutover": True, "state": "started", "downtime_seconds": "21.8", "load_seconds": 20.1, "switched": True,
+           "link_after": "/opt/vllm/envs/vllm-0.33.0-20261204T101500Z"}
 HOSTVARS = {
-    "gpu-a01": {"rollout_needs": ["dumps (35)"], "rollout_batch": ["gpu-a01"], "rollout_restart": True,
-                "rollout_plan": plan(build="0.32.0", pristine=False),
-                "rollout_cutover": {"downtime_seconds": "21.8", "load_seconds": 20.1, "switched": True,
-                                    "link_after": "/opt/vllm/envs/vllm-0.33.0-20261204T101500Z"},
+    "gpu-a01": {"rollout_needs": ["dumps (35)"], "rollout_batch": ["gpu-a01"],
+                "rollout_plan": plan(build="0.32.0", pristine=False), "service_result": FORWARD,
                 "rollout_integrity": {"version": "0.33.0", "pristine": True},
                 "debug_artifacts_result": {"count": 35, "bytes_freed_human": "65.3 MB"},
                 "sm120_config_result": {"removed_count": 2, "changed": True},
                 "benchmark_result": {"single_stream_tok_s": 81.7, "peak_tok_s": 2252.0, "status": "ok"}},
+    # its readiness gate failed after the switch; the cutover backwards put /root/ml-env back
     "gpu-a02": {"rollout_needs": ["dumps (35)"], "rollout_batch": ["gpu-a02"], "rollout_failed": True,
-                "rollout_rolled_back": True, "rollout_failure": "Stop, switch...: not ready within 60 s",
-                "rollout_plan": plan(), "service_result": {"link_after": "/root/ml-env"},
+                "rollout_failure": "Stop, switch...: not ready within 60 s", "rollout_plan": plan(),
+                "rollout_cutover": {"cutover": True, "state": "failed", "stopped": True, "switched": True},
+                "rollout_reached": {"stopped": True, "link_moved": True},
+                "service_result": {"cutover": True, "state": "started", "link_after": "/root/ml-env", "switched": True},
                 "debug_artifacts_result": {"count": 0, "bytes_freed_human": "0 B"}},
     "gpu-a03": {"rollout_needs": ["dumps (35)"], "rollout_batch": [], "rollout_plan": plan(dumps=35),
                 "debug_artifacts_result": {"count": 35}, "sm120_config_result": {"removed_count": 2}},
     "gpu-a04": {"rollout_needs": [], "rollout_batch": [], "rollout_plan": plan()},
+    # failed after its cutover; the rollback's cutover failed too
     "gpu-a05": {"rollout_needs": ["x"], "rollout_batch": ["gpu-a05"], "rollout_failed": True,
-                "rollout_failure": "stage: no room", "rollout_rollback_failure": "cutover: unit failed", "rollout_plan": plan()},
+                "rollout_failure": "Benchmark: regression", "rollout_plan": plan(), "rollout_cutover": FORWARD,
+                "rollout_reached": {"stopped": True, "link_moved": True},
+                "service_result": {"cutover": True, "state": "failed", "msg": "unit failed"}},
+    # failed in the stage, before any stop: nothing to roll back
+    "gpu-a06": {"rollout_needs": ["x"], "rollout_batch": ["gpu-a06"], "rollout_failed": True,
+                "rollout_failure": "stage: no room", "rollout_plan": plan(), "rollout_cutover": {},
+                "rollout_reached": {"stopped": False, "link_moved": False}, "service_result": {}},
+    # a restart without a cutover (the unit was only started): unchanged, no downtime
+    "gpu-a07": {"rollout_needs": ["dumps (3)"], "rollout_batch": ["gpu-a07"], "rollout_plan": plan(),
+                "service_result": {"cutover": False, "state": "started"}, "rollout_integrity": {"version": "0.33.0", "pristine": True}},
 }
 
 
 def test_rows_say_each_host_s_fate():
     rows = {row["host"]: row for row in rollout_rows(list(HOSTVARS), HOSTVARS)}
-    assert [rows[h]["status"] for h in HOSTVARS] == ["updated", "FAILED, rolled back", "untouched", "unchanged", "FAILED"]
+    assert [rows[h]["status"] for h in HOSTVARS] == [
+        "updated", "FAILED, rolled back", "untouched", "unchanged", "FAILED", "FAILED", "unchanged"]
     one = rows["gpu-a01"]
     assert (one["build_before"], one["pristine_before"], one["build_after"], one["pristine"]) == ("0.32.0", False, "0.33.0", True)
     assert (one["downtime_s"], one["load_s"], one["artifacts_removed"], one["config_keys_removed"]) == (21.8, 20.1, 35, 2)
@@ -94,13 +108,16 @@ def test_rows_say_each_host_s_fate():
     assert rows["gpu-a03"]["artifacts_removed"] is None and rows["gpu-a03"]["config_keys_removed"] is None
     # a converged host: the plan's reading is the state after too
     assert rows["gpu-a04"]["build_after"] == "0.33.0" and rows["gpu-a04"]["pristine"] is True
-    assert rows["gpu-a05"]["failure"] == "stage: no room; the rollback failed as well: cutover: unit failed"
+    assert rows["gpu-a05"]["failure"] == "Benchmark: regression; the rollback failed as well: unit failed"
+    assert rows["gpu-a05"]["downtime_s"] == 21.8  # the forward cutover's, not the rollback's
+    assert rows["gpu-a06"]["failure"] == "stage: no room" and rows["gpu-a06"]["downtime_s"] is None
+    assert rows["gpu-a07"]["downtime_s"] is None
 
 
 def test_pending_and_failed_hosts_keep_the_targets_order_and_ignore_others():
     targets = ["gpu-a04", "gpu-a03", "gpu-a01", "not-in-hostvars"]
     assert rollout_pending(targets, HOSTVARS) == ["gpu-a03", "gpu-a01"]
-    assert rollout_failed_hosts(list(HOSTVARS), HOSTVARS) == ["gpu-a02", "gpu-a05"]
+    assert rollout_failed_hosts(list(HOSTVARS), HOSTVARS) == ["gpu-a02", "gpu-a05", "gpu-a06"]
 
 
 def test_batches_in_the_order_they_ran():
@@ -110,24 +127,25 @@ def test_batches_in_the_order_they_ran():
 
 
 CUTOVER = [
-    # (case, service_result, cutover noted after a successful cutover, expected)
-    ("failed before any cutover", {}, {}, {"stopped": False, "link_moved": False}),
-    ("stale result of a successful start", {"cutover": False, "state": "started"}, {}, {"stopped": False, "link_moved": False}),
-    ("cutover failed after the switch", {"cutover": True, "state": "failed", "stopped": True, "switched": True}, {},
+    # (case, the service role's result when the failure was caught, expected)
+    ("failed before any cutover", {}, {"stopped": False, "link_moved": False}),
+    ("a start without cutover", {"cutover": False, "state": "started"}, {"stopped": False, "link_moved": False}),
+    ("cutover failed after the switch", {"cutover": True, "state": "failed", "stopped": True, "switched": True},
      {"stopped": True, "link_moved": True}),
-    ("cutover failed before the stop", {"cutover": True, "state": "failed", "stopped": False, "switched": False}, {},
+    ("cutover failed before the stop", {"cutover": True, "state": "failed", "stopped": False, "switched": False},
      {"stopped": False, "link_moved": False}),
-    ("cutover did not answer", {"cutover": True, "state": "failed"}, {}, {"stopped": True, "link_moved": False}),
-    ("later step failed after a cutover", {"cutover": True, "state": "started"}, {"switched": True},
+    ("cutover did not answer", {"cutover": True, "state": "failed"}, {"stopped": True, "link_moved": False}),
+    ("a later step failed after a cutover", {"cutover": True, "state": "started", "switched": True},
      {"stopped": True, "link_moved": True}),
-    ("later step failed after a restart without switch", {"cutover": True, "state": "started"}, {"switched": False},
+    ("a later step failed after a restart without switch", {"cutover": True, "state": "started", "switched": False},
      {"stopped": True, "link_moved": False}),
+    ("not a dict", None, {"stopped": False, "link_moved": False}),
 ]
 
 
-@pytest.mark.parametrize("case, result, cutover, expected", CUTOVER, ids=[case[0] for case in CUTOVER])
-def test_how_far_a_failed_host_got(case, result, cutover, expected):
-    assert rollout_cutover_state(result, cutover) == expected
+@pytest.mark.parametrize("case, result, expected", CUTOVER, ids=[case[0] for case in CUTOVER])
+def test_how_far_a_failed_host_got(case, result, expected):
+    assert rollout_cutover_state(result) == expected
 
 
 def test_kv_cache_policy_is_the_roles_decision():

@@ -162,6 +162,8 @@ def test_cutover_restarts_onto_the_new_environment(host):
 
     rc, res = h.run(h.args(), diff=True)
     assert rc == 0, res["msg"]
+    # the service role registers this result as service_result (the rollout reads cutover, state, restarted)
+    assert res["cutover"] is True and res["state"] == "started" and res["restarted"] is True and res["ready_at"]
     assert res["changed"] is True and res["failed_step"] is None
     assert res["was_active"] and res["stopped"] and res["switched"] and res["started"] and res["ready"]
     # the link moved, the previous link keeps the old environment for a rollback
@@ -217,6 +219,8 @@ def test_a_build_that_never_gets_ready_fails_with_what_was_done(host):
     assert rc == 1
     assert res["failed_step"] == "ready"
     assert res["stopped"] and res["switched"] and res["started"] and not res["ready"]
+    # the service role registers this as service_result: a rollback reads how far the cutover got
+    assert res["cutover"] is True and res["state"] == "failed" and res["unit"] == UNIT
     assert res["link_before"] == h.env_a and os.readlink(h.previous) == h.env_a
     assert res["downtime_seconds"] is None
     assert "did not get ready after the cutover (timeout 2 s)" in res["msg"]
