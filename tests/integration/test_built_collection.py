@@ -56,8 +56,11 @@ def test_ansible_doc_renders(module):
 def test_roles_and_playbooks_are_in_the_tarball():
     for role in os.listdir(os.path.join(REPO, "roles")):
         assert os.path.isfile(os.path.join(INSTALLED, "roles", role, "meta", "argument_specs.yml")), role
-    for playbook in os.listdir(os.path.join(REPO, "playbooks")) if os.path.isdir(os.path.join(REPO, "playbooks")) else []:
-        assert os.path.isfile(os.path.join(INSTALLED, "playbooks", playbook)), playbook
+    # every file under playbooks/ (the playbooks and the task files they import, playbooks/tasks/)
+    for top, dummy, names in os.walk(os.path.join(REPO, "playbooks")):
+        for name in names:
+            relative = os.path.relpath(os.path.join(top, name), REPO)
+            assert os.path.isfile(os.path.join(INSTALLED, relative)), relative
 
 
 def test_modules_run_by_fqcn_from_the_tarball(tmp_path):
