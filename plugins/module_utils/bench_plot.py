@@ -240,8 +240,8 @@ def _throughput_panel(mpl, axis, data):
         axis.axhspan(expected * (1 - tolerance), expected * (1 + tolerance), color=BAND, alpha=0.13, linewidth=0,
                      gid='baseline-band:peak_tok_s:%s' % model)
         axis.axhline(expected, color=BAND, linestyle=(0, (6, 3)), linewidth=1.2)
-        axis.annotate(_drawn('%s peak baseline %s tok/s \u00b1%.0f%%' % (_short(model, 24), _thousands(expected),
-                                                                       tolerance * 100)),
+        label = '%s peak baseline %s tok/s \u00b1%.0f%%' % (_short(model, 24), _thousands(expected), tolerance * 100)
+        axis.annotate(_drawn(label),
                       xy=(0.01, expected * (1 + tolerance)), xycoords=('axes fraction', 'data'), xytext=(0, 2),
                       textcoords='offset points', fontsize=8.5, color='#1b6e1b', va='bottom')
         peak_top = max(peak_top, expected * (1 + tolerance))
@@ -336,8 +336,8 @@ def _summary_panel(mpl, axis, data):
             axis.barh(row + offset, figure['percent'], height=0.38, color=colour, alpha=0.85, hatch=hatch,
                       gid='%s:%s' % (name, host['name']),
                       edgecolor='white' if hatch else colour, linewidth=0)
-            words = '%.0f%%' % figure['percent'] if compact else '%s tok/s (%.0f%%)' % (_thousands(figure['measured']),
-                                                                                          figure['percent'])
+            full = '%s tok/s (%.0f%%)' % (_thousands(figure['measured']), figure['percent'])
+            words = '%.0f%%' % figure['percent'] if compact else full
             if compact and name != 'peak_tok_s':
                 continue
             axis.text(figure['percent'] + 1.5, row + offset, words,

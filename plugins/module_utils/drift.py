@@ -58,7 +58,6 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     load_pynvml,
     unavailable_result,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import strips
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
 

@@ -417,7 +417,7 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
         # imported here: zipfile and difflib are only needed when a wheel is given (AnsiballZ still ships it)
         from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import compare_wheel
         compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
-                       diff_max_bytes, already, deadline)
+                      diff_max_bytes, already, deadline)
 
     # -- explanations -----------------------------------------------------
     findings = []

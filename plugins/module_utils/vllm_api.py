@@ -77,6 +77,7 @@ STAGE_TEXT = {
     "completion": "a 1-token completion succeeds",
 }
 
+
 class VllmApiError(Exception):
     """A request to vLLM that did not give the expected answer.
 

@@ -147,7 +147,7 @@ def _wheel_record(zf):
 
 
 def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
-                   diff_max_bytes, already, deadline=None):
+                  diff_max_bytes, already, deadline=None):
     try:
         path = find_wheel(wheel, dist_name, result["version"])
     except IntegrityError as exc:

@@ -456,7 +456,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
     validate_options,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, Deadline, runner
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import CONFIG_POLICIES, gather
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import gather
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import files_problems, module_files
@@ -476,7 +477,7 @@ def main():
                 absent=dict(type="list", elements="str", required=True),
                 required=dict(type="bool", default=False),
             )),
-            model_keys=dict(type="dict"),
+            model_keys=dict(type="dict", no_log=False),
             model_required_files=dict(type="list", elements="str", default=[]),
             model_symlinks=dict(type="str", choices=["refuse", "copy", "follow"], default="copy"),
             config_policy=dict(type="str", choices=list(CONFIG_POLICIES), default="auto"),

@@ -15,7 +15,7 @@ version_added: 0.1.0
 description:
   - Writes the summary of a rollout run, one row per host, as a Markdown table (C(summary.md)) and as JSON
     (C(summary.json)) into O(path), and returns one readable line per host for the play output.
-  - The rows come from the filter P(gpufleet.vllm.rollout_rows#filter); the playbook P(gpufleet.vllm.rollout#playbook)
+  - The rows come from the filter P(gpufleet.vllm.rollout_rows#filter); the playbook C(gpufleet.vllm.rollout)
     runs this module once, on the control node.
   - Every value is written on one line of the table (control characters escaped, C(|) escaped), so a host name or a
     failure message cannot break the table.

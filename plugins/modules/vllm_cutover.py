@@ -420,7 +420,7 @@ def main():
     unit = params["unit"].strip()
     if not unit:
         fail(msg="unit is empty: give the systemd unit of the server, for example vllm-kimi-k25.service.",
-                         failed_step="options", **untouched)
+             failed_step="options", **untouched)
     if "." not in unit:
         unit += ".service"
     problems = _bad_numbers(params) + check_link_args(params["link"], params["link_target"], params["previous_link"],
@@ -439,7 +439,7 @@ def main():
     systemctl = module.get_bin_path("systemctl")
     if systemctl is None:
         fail(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
-                         % unit, failed_step="unit", **untouched)
+             % unit, failed_step="unit", **untouched)
     limit = params["systemctl_timeout"]
     cutover = Cutover(
         bounded.runner(limit), systemctl, module.get_bin_path("journalctl"), unit,

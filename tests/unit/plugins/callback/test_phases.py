@@ -297,7 +297,7 @@ def test_log_size_cap(tmp_path):
         "    - name: Say line {i}\n      ansible.builtin.debug:\n        msg: \"{text}\"\n".format(i=i, text="x" * 400)
         for i in range(20))
     rc, out, err = playbook_run(tmp, play, env={"GPUFLEET_PHASES_LOG_DIR": "logs", "GPUFLEET_PHASES_LOG_MAX_SIZE": "3000"},
-                           hosts=HOSTS[:1])
+                                hosts=HOSTS[:1])
     assert rc == 0, out + err
     logs = glob.glob(os.path.join(tmp, "logs", "play-*.log"))
     assert len(logs) == 1, out

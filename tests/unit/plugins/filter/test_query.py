@@ -89,7 +89,7 @@ def test_expression_that_fails_on_the_data(expression, message):
 
 def test_nesting_is_bounded():
     deep = []
-    for _ in range(150):
+    for dummy in range(150):
         deep = [deep]
     with pytest.raises(AnsibleFilterError, match="nests deeper than 100 levels"):
         query(deep, "[0]")

@@ -87,7 +87,7 @@ def test_figure_has_the_four_panels_with_units_and_the_run_in_its_title():
     assert axes['Time per output token'].get_ylabel() == 'TPOT (ms)'
     legend = figure.legends[0]
     assert [text.get_text() for text in legend.get_texts()] == ['gpu-node-1', 'gpu-node-2 (regressed)',
-                                                                 'gpu-node-3 (failed)']
+                                                                'gpu-node-3 (failed)']
     # every host looks different: colour, marker and line style
     styles = [(line.get_color(), line.get_marker(), line.get_linestyle()) for line in legend.get_lines()]
     assert len(set(color for color, dummy, dummy2 in styles)) == 3

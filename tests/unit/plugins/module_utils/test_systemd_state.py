@@ -41,8 +41,8 @@ PARSED = {
     "value holding '='": ("LoadState=loaded\nFragmentPath=/etc/systemd/system/a=b.service\n",
                           {"LoadState": "loaded", "FragmentPath": "/etc/systemd/system/a=b.service"}),
     "value that is only '='": ("LoadState==\n", {"LoadState": "="}),
-    "blank lines and CRLF": ("\nLoadState=loaded\r\n\nActiveState=failed\n", {"LoadState": "loaded",
-                                                                             "ActiveState": "failed"}),
+    "blank lines and CRLF": ("\nLoadState=loaded\r\n\nActiveState=failed\n",
+                             {"LoadState": "loaded", "ActiveState": "failed"}),
     "empty number": ("LoadState=loaded\nMainPID=\n", {"LoadState": "loaded", "MainPID": None}),
     "some properties only": ("ActiveState=active\nNRestarts=2\n", {"ActiveState": "active", "NRestarts": 2}),
 }
