@@ -13,14 +13,16 @@ each, that is ten module runs per host; :func:`gather` answers them all from
 one, with the same code the modules that fix each thing use
 (``integrity.verify``, ``jsonedit.plan_file``, ``artifacts.scan``,
 ``nvml.collect``), so the audit and the rollout can never disagree about
-what counts as drift.
+what counts as drift.  With the fleet's wheel directories it also shows
+what drifted: each modified file diffed against the pristine wheel of the
+installed version (``wheeldiff.diff_modified``, bounded).
 
 Nothing here writes: the JSON edits are only planned, the artifacts only
 scanned, NVML only read.
 
 Public API: :func:`resolve_environment`, :func:`read_unit`,
 :func:`check_configs`, :func:`scan_dumps`, :func:`read_gpus`,
-:func:`judge`, :func:`gather`.  ``DRIFT_CLASSES`` lists the drift names in
+:func:`wheel_diffs`, :func:`judge`, :func:`gather`.  ``DRIFT_CLASSES`` lists the drift names in
 the order rows give them.
 """
 
@@ -59,6 +61,12 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     unavailable_result,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import strips
+from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
+    DIFF_MAX_BYTES,
+    DIFF_MAX_FILES,
+    DIFF_MAX_TOTAL,
+    diff_modified,
+)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
 
 DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
@@ -246,6 +254,62 @@ def read_gpus(expect=None, venvs=(), call_timeout=60):
     return result
 
 
+# the classes of files whose content changed: the ones a diff against the wheel shows
+CHANGED_CLASSES = ("modified", "size_differs")
+
+
+def changed_files(integrity):
+    """(the changed files verify() listed, in path order, one per path; how many changed files it counted)."""
+    if not integrity:
+        return [], 0
+    seen = {}
+    for cls in CHANGED_CLASSES:
+        for item in (integrity.get("files") or {}).get(cls) or ():
+            path = item.get("path")
+            if isinstance(path, str) and path and path not in seen:
+                seen[path] = dict(item, **{"class": cls})
+    counted = sum((integrity.get("counts") or {}).get(cls, 0) for cls in CHANGED_CLASSES)
+    return [seen[path] for path in sorted(seen)], max(counted, len(seen))
+
+
+def no_diffs(note=None):
+    return {"wheel": None, "wheel_dirs": [], "files": [], "bytes": 0, "not_diffed": 0, "note": note}
+
+
+def wheel_diffs(integrity, dist_name="vllm", wheel_dirs=(), max_files=DIFF_MAX_FILES, max_bytes=DIFF_MAX_BYTES,
+                max_total=DIFF_MAX_TOTAL, deadline=None):
+    """What changed in each modified file of ``integrity`` (a verify() result), against the wheel of the
+    installed version found in one of ``wheel_dirs`` (directories on this host).
+
+    Returns wheeldiff.diff_modified()'s dict plus ``wheel_dirs``; ``note``
+    says why there are no diffs (no wheel directory given, no wheel of this
+    version, the time limit), and is None when no file changed.
+    ``not_diffed`` also counts the changed files verify() did not list
+    (its max_list).
+    """
+    changed, counted = changed_files(integrity)
+    if not changed:
+        return no_diffs()
+    wheel_dirs = list(wheel_dirs or ())
+    if not wheel_dirs:
+        result = no_diffs("no diffs: no directory of wheels on the host was given (wheel_dirs)")
+        result["not_diffed"] = counted
+        return result
+    if deadline is not None and deadline.passed():
+        result = no_diffs(deadline.message("the diffs against the wheel were made"))
+        result["not_diffed"] = counted
+        result["wheel_dirs"] = wheel_dirs
+        return result
+    result = diff_modified(wheel_dirs, dist_name, integrity.get("version"), integrity.get("site_packages"), changed,
+                           max_files=max_files, max_bytes=max_bytes, max_total=max_total, deadline=deadline,
+                           dist_info=integrity.get("dist_info"))
+    result["not_diffed"] += counted - len(changed)
+    if result["wheel"] is None:
+        result["not_diffed"] = counted
+    result["wheel_dirs"] = wheel_dirs
+    return result
+
+
 def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, expect,
           expected_version=None):
     """The drift classes of a host, in DRIFT_CLASSES order."""
@@ -271,7 +335,7 @@ def _not_done(part, why):
 
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
-           nvml_venvs=(), expected_version=None, deadline=None):
+           nvml_venvs=(), expected_version=None, deadline=None, diffs=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -282,7 +346,10 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     part gets what is left of it; a part it leaves no time for is not done,
     and its cell of the row says so (and counts as drift); ``not_done``
     lists those parts.  ``run_command`` runs systemctl show (None: bounded,
-    READ_TIMEOUT seconds or what is left).
+    READ_TIMEOUT seconds or what is left).  ``diffs``: dict of
+    wheel_diffs() keyword arguments (``wheel_dirs`` and the bounds); the
+    diffs of the changed files are made last, with what is left of the
+    time, and are no drift class of their own.
     """
     deadline = deadline or OverallDeadline(600)
     if run_command is None:
@@ -327,6 +394,10 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         not_done.append(_not_done("gpus", why))
     else:
         gpus = read_gpus(expect, venvs, call_timeout=max(0.1, min(60.0, deadline.left())))
+    diffs = dict(diffs or {})
+    wheel_diff = wheel_diffs(integrity, dist_name, deadline=deadline, **diffs)
+    if wheel_diff["note"] and deadline.passed() and wheel_diff["note"].startswith("the time limit "):
+        not_done.append(_not_done("diffs", wheel_diff["note"]))
     summary = gpus.get("summary") or {}
     strip = strips(config_policy, gpu_facts(gpus))
     drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
@@ -368,6 +439,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
                     "errors": config_errors},
         "dumps": dump_scan,
         "unit": unit_state,
+        "diffs": wheel_diff,
         "gpus": dict((k, gpus.get(k)) for k in (
             "nvml_available", "nvml_error", "driver_version", "cuda_driver_version", "gpu_count", "gpus",
             "summary", "mismatches", "expectation_met", "pynvml_from")),

@@ -13,6 +13,8 @@ showing a hostile value in an error (escaped, on one line, cut short).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import re
+
 LINE_BREAKS = u"\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
@@ -94,3 +96,35 @@ def value_problems(values, options=(), quoted=(),
     for name in values:
         walk(name, values[name], name in options, name in quoted)
     return problems
+
+
+
+# Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
+# DEL, C1, the Unicode line and paragraph separators, the bidirectional overrides and isolates (they reorder what a
+# reader sees), and surrogates (bytes that were not UTF-8, decoded with surrogateescape).
+_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _block_escape(match):
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    if code < 0x100:
+        return "\\x%02x" % code
+    return "\\u%04x" % code
+
+
+def printable_block(text):
+    """Multi-line text (a diff, a file's lines) safe to show in a terminal or a Markdown file.
+
+    Line breaks (\\n) and tabs stay. Every other control character (the ESC
+    of a terminal escape, a carriage return, NUL, DEL, C1, the Unicode line
+    and paragraph separators), the bidirectional overrides, and each byte
+    that was not UTF-8 are shown as backslash escapes (\\x1b, \\x0d, \\xff,
+    \\u202e), so what a reader sees is what the file holds.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "surrogateescape")
+    elif not isinstance(text, str):
+        text = str(text)
+    return _BLOCK_UNSAFE.sub(_block_escape, text)

@@ -15,6 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import difflib
+import hashlib
 import os
 import zipfile
 
@@ -26,6 +27,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
     parse_record,
     read_small,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block
 
 #: Files in a .dist-info directory the installer writes itself; they are not
 #: in the wheel, so a wheel comparison skips them.
@@ -58,11 +60,13 @@ def find_wheel(wheel, dist_name, version):
     return matches[-1]
 
 
-def _decode_text(data):
+def _decode_text(data, lossy=False):
+    """The text of DATA, or None for a binary file (a NUL in its first 8 KiB) or, unless LOSSY, one that is not
+    UTF-8. With LOSSY, bytes that are not UTF-8 are kept as surrogate escapes (shown later as \\xNN)."""
     if b"\x00" in data[:8192]:
         return None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8", "surrogateescape" if lossy else "strict")
     except UnicodeDecodeError:
         return None
 
@@ -98,8 +102,9 @@ def _changed_lines(old_lines, new_lines):
     return changed
 
 
-def _diff_one(zf, member, installed, rel, max_bytes):
-    """(diff record, changed line numbers or None)."""
+def _diff_one(zf, member, installed, rel, max_bytes, lossy=False, label=None):
+    """(diff record, changed line numbers or None). LOSSY: diff text files that are not UTF-8 too (their odd bytes as
+    surrogate escapes in the record's text). LABEL: the path in the diff's header lines (default REL)."""
     record = {"path": rel, "diff": "", "truncated": False}
     try:
         info = zf.getinfo(member)
@@ -109,7 +114,7 @@ def _diff_one(zf, member, installed, rel, max_bytes):
     if info.file_size > TEXT_LIMIT:
         record["note"] = "wheel copy is larger than %d bytes; no diff" % TEXT_LIMIT
         return record, None
-    old = _decode_text(zf.read(info))
+    old = _decode_text(zf.read(info), lossy)
     new_raw = read_small(installed, TEXT_LIMIT + 1)
     if new_raw is None:
         record["note"] = "installed file could not be read"
@@ -117,16 +122,16 @@ def _diff_one(zf, member, installed, rel, max_bytes):
     if len(new_raw) > TEXT_LIMIT:
         record["note"] = "installed file is larger than %d bytes; no diff" % TEXT_LIMIT
         return record, None
-    new = _decode_text(new_raw)
+    new = _decode_text(new_raw, lossy)
     if old is None or new is None:
         record["note"] = "binary file (wheel %d bytes, installed %d bytes); no text diff" % (info.file_size, len(new_raw))
         return record, None
     old_lines = old.splitlines(True)
     new_lines = new.splitlines(True)
-    text = "".join(difflib.unified_diff(old_lines, new_lines, "wheel/" + rel, "installed/" + rel, n=3))
-    encoded = text.encode("utf-8")
+    text = "".join(difflib.unified_diff(old_lines, new_lines, "wheel/" + (label or rel), "installed/" + (label or rel), n=3))
+    encoded = text.encode("utf-8", "surrogateescape")
     if len(encoded) > max_bytes:
-        text = encoded[:max_bytes].decode("utf-8", "ignore")
+        text = encoded[:max_bytes].decode("utf-8", "surrogateescape" if lossy else "ignore")
         text = text[:text.rfind("\n") + 1] if "\n" in text else text
         record["truncated"] = True
         text += "... diff truncated at %d bytes (%d in all)\n" % (max_bytes, len(encoded))
@@ -203,3 +208,134 @@ def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_re
             if lines is not None:
                 changed_lines[label] = lines
         result["diffs"] = diffs
+
+
+# ---------------------------------------------------------------------------
+# The drift report's diffs (drift_info)
+# ---------------------------------------------------------------------------
+
+#: Defaults of drift_info's bounds: files diffed per host, bytes of one diff, bytes of all the diffs of a host.
+DIFF_MAX_FILES = 10
+DIFF_MAX_BYTES = 64 << 10
+DIFF_MAX_TOTAL = 256 << 10
+
+
+def find_in_dirs(wheel_dirs, dist_name, version):
+    """(wheel path, None) for ``dist_name`` ``version`` from the first of ``wheel_dirs`` that holds one, or
+    (None, why not: each directory and what was wrong with it)."""
+    looked = []
+    for directory in wheel_dirs or ():
+        if not os.path.isdir(directory):
+            looked.append("%s (not a directory)" % directory)
+            continue
+        try:
+            return find_wheel(directory, dist_name, version), None
+        except IntegrityError:
+            looked.append(directory)
+        except OSError as exc:
+            looked.append("%s (cannot be read: %s)" % (directory, exc.strerror or exc))
+    return None, "no wheel of %s %s in %s" % (dist_name, version, ", ".join(looked) or "no directory")
+
+
+def _one_line(text):
+    return printable_block(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def installed_record(dist_info):
+    """path -> RecordRow of the installed RECORD in ``dist_info`` ({} when it cannot be read)."""
+    data = read_small(os.path.join(dist_info, "RECORD"), RECORD_LIMIT + 1) if dist_info else None
+    if not data or len(data) > RECORD_LIMIT:
+        return {}
+    try:
+        rows, dummy = parse_record(data, limit=RECORD_LIMIT)
+    except (IntegrityError, ValueError):
+        return {}
+    return dict((r.path, r) for r in rows)
+
+
+def _record_mismatch(zf, info, row):
+    """Why the wheel's copy is not the file the installed RECORD row names (another build of the same version), or
+    None (it is, or RECORD gives no hash to tell)."""
+    if row is None or row.algorithm is None or info.file_size > TEXT_LIMIT:
+        return None
+    if hashlib.new(row.algorithm, zf.read(info)).digest() != row.digest:
+        return "the wheel's copy is not the one RECORD names (another build of the same version?); no diff"
+    return None
+
+
+def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_files=DIFF_MAX_FILES,
+                  max_bytes=DIFF_MAX_BYTES, max_total=DIFF_MAX_TOTAL, deadline=None, dist_info=None):
+    """Unified diffs of changed installed files against the pristine wheel, bounded, safe to show.
+
+    ``items``: the changed files as verify() lists them (dicts with ``path``
+    relative to ``site_packages`` and ``class``), in the order to diff them. The wheel is the one of
+    ``dist_name`` ``version`` in the first of ``wheel_dirs`` that holds one.
+    At most ``max_files`` files are diffed, each diff is cut at
+    ``max_bytes`` and, once the diffs reach ``max_total`` bytes together,
+    the rest are listed without their text. A file whose wheel copy is not
+    the one the installed RECORD in ``dist_info`` names (a wheel of another
+    build with the same version) is not diffed. ``deadline`` (bounded.Deadline): checked before each file.
+
+    Returns {"wheel": path or None, "files": [{"path", "class", "diff",
+    "truncated", "note"}], "bytes": size of the diffs, "not_diffed": files
+    left out by max_files or the deadline, "note": why there are no diffs
+    at all, or None}. Diff text is printable_block(): terminal escapes,
+    other control characters and bytes that were not UTF-8 are shown as
+    backslash escapes.
+    """
+    out = {"wheel": None, "files": [], "bytes": 0, "not_diffed": 0, "note": None}
+    wheel, why = find_in_dirs(wheel_dirs, dist_name, version)
+    if wheel is None:
+        out["note"] = why
+        return out
+    out["wheel"] = wheel
+    try:
+        zf = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as exc:
+        out["note"] = "the wheel %s cannot be opened: %s" % (wheel, exc)
+        return out
+    record = installed_record(dist_info)
+    with zf:
+        for index, item in enumerate(items):
+            if len(out["files"]) >= max_files:
+                out["not_diffed"] = len(items) - index
+                break
+            if deadline is not None and deadline.passed():
+                out["not_diffed"] = len(items) - index
+                out["note"] = deadline.message("the diffs were made (%d of %d made)" % (index, len(items)))
+                break
+            rel = item["path"]
+            entry = {"path": rel, "class": item.get("class", "modified"), "diff": "", "truncated": False, "note": None}
+            out["files"].append(entry)
+            if rel.startswith("../") or os.path.isabs(rel) or "\x00" in rel:
+                entry["note"] = "not a path inside site-packages; no diff"
+                continue
+            try:
+                info = zf.getinfo(rel)
+            except KeyError:
+                entry["note"] = "not in the wheel %s; no diff" % os.path.basename(wheel)
+                continue
+            try:
+                mismatch = _record_mismatch(zf, info, record.get(rel))
+                if mismatch:
+                    entry["note"] = mismatch
+                    continue
+                record, dummy = _diff_one(zf, rel, os.path.join(site_packages, *rel.split("/")), rel, max_bytes,
+                                          lossy=True, label=_one_line(rel))
+            except (OSError, zipfile.BadZipFile, RuntimeError, ValueError, EOFError) as exc:
+                entry["note"] = "the wheel's copy cannot be read: %s; no diff" % exc
+                continue
+            text = printable_block(record["diff"])
+            size = len(text.encode("utf-8"))
+            entry["truncated"] = record["truncated"]
+            if record.get("note"):
+                entry["note"] = record["note"]
+            elif not text:
+                entry["note"] = "no difference in the text (line endings or a change a text diff does not show)"
+            elif out["bytes"] + size > max_total:
+                entry["note"] = ("diff of %d bytes not returned: the diffs of this host reached the bound of %d bytes "
+                                 "(diff_max_total)" % (size, max_total))
+            else:
+                entry["diff"] = text
+                out["bytes"] += size
+    return out

@@ -27,6 +27,9 @@ description:
   - B(Unit.) The unit's state is read from C(systemctl show).
   - B(GPUs.) The GPUs are read through NVML, with the same code as M(gpufleet.vllm.nvml_vram). An optional
     expectation (O(expect)) can be checked.
+  - B(Diffs.) With O(wheel_dirs), each modified file of the package is diffed against its copy in the wheel of the
+    installed name and version, found in those directories on the host (RV(diffs)). The diffs are bounded (O(diff_max_files),
+    O(diff_max_bytes), O(diff_max_total)) and are no drift class of their own.
   - Names that are not UTF-8 are shown in the result with the odd bytes escaped (C(dump\xff_tp0.pt)).
   - Drift is judged on the host, so RV(row.drift) names its classes. V(integrity) means not pristine or no
     environment. V(build) means not O(expected_version). V(config) means SM120 KV-cache keys present where they
@@ -176,7 +179,7 @@ options:
     description:
       - The most seconds the whole run may take. Each part gets what is left of it, in this order. The integrity check
         (RECORD hashes), the config planning (checked before each model directory), the dump scan (also bounded by
-        O(artifact_timeout)), C(systemctl show) (at most 30 s) and NVML (at most 60 s).
+        O(artifact_timeout)), C(systemctl show) (at most 30 s), NVML (at most 60 s) and the diffs (O(wheel_dirs)).
       - When the time is up, the parts not done are still a clean row. Their cells say C(not checked), C(not
         planned), C(not counted) or C(not read) and the time limit, and they count as drift of their class. RV(not_done)
         lists them. The task does not fail.
@@ -199,6 +202,33 @@ options:
     type: list
     elements: path
     default: []
+  wheel_dirs:
+    description:
+      - Directories on the host that hold wheels, for example the fleet's mirror (the C(fleet) role's C(fleet_wheel_dirs)).
+        The first one with a wheel of O(name) at the installed version is used.
+      - Each file that is modified or of another size than RECORD says is diffed against that wheel's copy (RV(diffs)).
+        A file whose wheel copy is not the one RECORD names (another build with the same version) is not diffed.
+      - Left empty, no diffs are made, and RV(diffs.note) says so when files changed.
+    type: list
+    elements: path
+    default: []
+  diff_max_files:
+    description:
+      - The most changed files diffed. The others are counted in RV(diffs.not_diffed).
+      - At most O(max_list) files of each class are known to the module, so that bounds the diffs too.
+    type: int
+    default: 10
+  diff_max_bytes:
+    description:
+      - The most bytes of one diff. A longer diff is cut at a line end and says where it was cut.
+    type: int
+    default: 65536
+  diff_max_total:
+    description:
+      - The most bytes of all the diffs together. A diff that would go over it is listed in RV(diffs.files) without its
+        text, with a note.
+    type: int
+    default: 262144
 extends_documentation_fragment:
   - gpufleet.vllm.nvml_expect
   - ansible.builtin.action_common_attributes
@@ -217,6 +247,9 @@ notes:
     O(artifact_max_entries) and O(artifact_timeout); C(systemctl show) by 30 s (at most the last 1 MiB of its
     output is read); NVML by 60 s.
   - O(expect) is checked once, with no waiting.
+  - Diff text is shown safely. Terminal escapes and other control characters (except the line break and the tab),
+    bidirectional overrides, and bytes that are not UTF-8 become backslash escapes (C(\x1b), C(\xff)). A binary
+    file gets a note instead of a diff.
 requirements:
   - Python 3.10 or newer on the managed host.
   - C(systemctl) for O(unit).
@@ -259,6 +292,13 @@ EXAMPLES = r"""
     artifact_paths: [/scratch/debug]
     artifact_recursive: true
     artifact_max_depth: 2
+
+- name: What changed in the modified files, against the wheels of the fleet's mirror
+  gpufleet.vllm.drift_info:
+    venv_link: /opt/vllm/current
+    wheel_dirs: [/srv/wheelhouse]
+    diff_max_files: 5
+  register: drift
 """
 
 RETURN = r"""
@@ -269,7 +309,7 @@ changed:
 not_done:
   description:
     - The parts that O(timeout) left no time for (or stopped), each as the part, a colon and the reason. The part is V(integrity),
-      V(config), V(dumps), V(unit) or V(gpus). Empty when every part was done.
+      V(config), V(dumps), V(unit), V(gpus) or V(diffs). Empty when every part was done.
   returned: always
   type: list
   elements: str
@@ -384,6 +424,46 @@ integrity:
     msg:
       description: The verdict in one sentence, with what to do about a tainted uv cache.
       type: str
+diffs:
+  description:
+    - What changed in each modified file, against the pristine wheel (O(wheel_dirs)).
+  returned: always
+  type: dict
+  contains:
+    wheel:
+      description: The wheel diffed against, or V(null) when none was found or no file changed.
+      type: str
+      sample: /srv/wheelhouse/vllm-0.33.0-cp38-abi3-manylinux1_x86_64.whl
+    wheel_dirs:
+      description: O(wheel_dirs), when they were searched.
+      type: list
+      elements: str
+    files:
+      description:
+        - One entry per changed file, in path order, at most O(diff_max_files). C(path) (relative to site-packages),
+          C(class) (V(modified) or V(size_differs)), C(diff) (a unified diff from C(wheel/<path>) to
+          C(installed/<path>), or an empty string), C(truncated) (cut at O(diff_max_bytes)), and C(note) (why there is
+          no diff, or V(null)).
+      type: list
+      elements: dict
+      sample:
+        - path: vllm/model_executor/models/deepseek_v2.py
+          class: size_differs
+          diff: "--- wheel/vllm/model_executor/models/deepseek_v2.py\n+++ installed/vllm/...\n@@ -10,3 +10,7 @@\n..."
+          truncated: false
+          note: null
+    bytes:
+      description: The bytes of the diff text returned, at most O(diff_max_total).
+      type: int
+    not_diffed:
+      description: Changed files left without a diff entry (beyond O(diff_max_files) or O(max_list), no wheel, the time
+        limit).
+      type: int
+    note:
+      description: Why there are no diffs at all (no O(wheel_dirs), no wheel of the installed version in them, the time
+        limit), or V(null).
+      type: str
+      sample: "no wheel of vllm 0.33.0 in /srv/wheelhouse"
 configs:
   description: The planned model config edits.
   returned: always
@@ -461,6 +541,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIE
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import files_problems, module_files
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import DIFF_MAX_BYTES, DIFF_MAX_FILES, DIFF_MAX_TOTAL
 
 
 def main():
@@ -493,6 +575,10 @@ def main():
             unit=dict(type="str"),
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
+            wheel_dirs=dict(type="list", elements="path", default=[]),
+            diff_max_files=dict(type="int", default=DIFF_MAX_FILES),
+            diff_max_bytes=dict(type="int", default=DIFF_MAX_BYTES),
+            diff_max_total=dict(type="int", default=DIFF_MAX_TOTAL),
         ),
         required_one_of=[("venv_link", "venv")],
         mutually_exclusive=[("model_files", "model_keys")],
@@ -505,6 +591,14 @@ def main():
         problems.append("timeout must be from 1 to 604800 seconds (got %d)." % params["timeout"])
     if params["max_list"] < 1:
         problems.append("max_list must be 1 or more (got %d)." % params["max_list"])
+    if not 0 <= params["diff_max_files"] <= 1000:
+        problems.append("diff_max_files must be from 0 to 1000 (got %d)." % params["diff_max_files"])
+    for option in ("diff_max_bytes", "diff_max_total"):
+        if not 256 <= params[option] <= 64 << 20:
+            problems.append("%s must be from 256 to %d bytes (got %d)." % (option, 64 << 20, params[option]))
+    for directory in params["wheel_dirs"]:
+        if not directory.startswith("/"):
+            problems.append("wheel_dirs names %s, which is not an absolute path." % shown(directory))
     try:
         paths, min_age = validate_options(params["artifact_paths"], params["artifact_patterns"],
                                           recursive=params["artifact_recursive"],
@@ -544,7 +638,9 @@ def main():
                        max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,
                        max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),
             unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
-            expected_version=params["expected_version"], deadline=deadline)
+            expected_version=params["expected_version"], deadline=deadline,
+            diffs=dict(wheel_dirs=params["wheel_dirs"], max_files=params["diff_max_files"],
+                       max_bytes=params["diff_max_bytes"], max_total=params["diff_max_total"]))
     except Exception as exc:  # pylint: disable=broad-except
         module.fail_json(**safe_result(dict(
             msg="gpufleet.vllm.drift_info stopped on an unexpected error (%s: %s); nothing was changed, and no row "
