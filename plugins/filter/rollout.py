@@ -8,6 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
     as_int, host_line, one_line, one_line_list,
 )
@@ -189,6 +190,9 @@ def rollout_row(host, facts):
     if rollback_failure:
         failure = "%s; the rollback failed as well: %s" % (failure, rollback_failure)
     before = plan_row.get("build") or ""
+    # the plan's diffs of the modified files, as the pre-flight wrote them (diffs/<host>/...)
+    plan_diffs = _get(_get(facts, "rollout_plan", {}) or {}, "diffs", {}) or {}
+    diffs = diff_entries([(host, dict(plan_diffs))]) if isinstance(plan_diffs, dict) else []
     return {
         "host": host,
         "status": status,
@@ -207,6 +211,7 @@ def rollout_row(host, facts):
         "peak_tok_s": _num_or_none(bench.get("peak_tok_s")),
         "benchmark": bench.get("status") or None,
         "failure": failure,
+        "diffs_before": [{"path": entry["path"], "file": entry["file"]} for entry in diffs],
     }
 
 

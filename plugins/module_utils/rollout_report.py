@@ -108,10 +108,23 @@ def markdown(rows, batches, benchmark_report=None):
     for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
+    for row in rows:
+        diffs = [d for d in row.get("diffs_before") or [] if isinstance(d, dict) and _plain_link(d.get("file"))]
+        if diffs:
+            out.extend(["", "**%s**: what drifted before the rollout, its modified vLLM files against the pristine wheel: "
+                        "%s." % (cell(row.get("host")), ", ".join("[%s](<%s>)" % (cell(d.get("path")).replace("]", "\\]"),
+                                                                                 d["file"]) for d in diffs))])
     if benchmark_report:
         out.extend(["", "Benchmark of the restarted hosts (`vllm bench serve`, baselines, plot): [%s](%s)"
                     % (benchmark_report, benchmark_report)])
     return "\n".join(out) + "\n"
+
+
+def _plain_link(target):
+    """Whether TARGET is a diff file name the drift report made (diffs/..., plain characters): safe as a link."""
+    if not isinstance(target, str) or not target.startswith("diffs/") or ".." in target.split("/"):
+        return False
+    return re.match(r"[A-Za-z0-9._+@=,~/-]+\Z", target) is not None
 
 
 def failed_hosts(rows):

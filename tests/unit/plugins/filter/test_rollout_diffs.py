@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The rollout summary points to the plan's diffs of the modified files (what drifted before the rollout)."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+from ansible_collections.gpufleet.vllm.plugins.filter.drift import drift_diff_files, drift_diff_markdown
+from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_row
+from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import markdown
+
+DIFF = "--- wheel/vllm/a.py\n+++ installed/vllm/a.py\n@@ -1 +1,2 @@\n x = 1\n+_t.save(x, '/tmp/d.pt')\n"
+
+
+def plan(paths, note=None):
+    return {"row": {"build": "0.33.0", "pristine": False, "environment": "/root/ml-env"},
+            "diffs": {"wheel": "/srv/wheelhouse/vllm-0.33.0-py3-none-any.whl", "files": [
+                {"path": p, "class": "modified", "diff": DIFF, "truncated": False, "note": None} for p in paths],
+                "bytes": 1, "not_diffed": 0, "note": note, "wheel_dirs": ["/srv/wheelhouse"]}}
+
+
+def test_summary_links_each_diff_the_plan_wrote():
+    facts = {"rollout_plan": plan(["vllm/a.py", "vllm/b.py"]), "rollout_needs": ["build"]}
+    row = rollout_row("gpu-a01", facts)
+    assert row["diffs_before"] == [{"path": "vllm/a.py", "file": "diffs/gpu-a01/vllm/a.py.diff"},
+                                   {"path": "vllm/b.py", "file": "diffs/gpu-a01/vllm/b.py.diff"}]
+    # the files the summary links are the ones the plan's tasks write
+    written = [e["file"] for e in drift_diff_files(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": facts["rollout_plan"]}})]
+    assert written == [d["file"] for d in row["diffs_before"]]
+    text = markdown([row], [["gpu-a01"]])
+    assert ("**gpu-a01**: what drifted before the rollout, its modified vLLM files against the pristine wheel: "
+            "[vllm/a.py](<diffs/gpu-a01/vllm/a.py.diff>), [vllm/b.py](<diffs/gpu-a01/vllm/b.py.diff>).") in text
+
+
+def test_pristine_host_and_host_without_diffs_get_no_pointer():
+    row = rollout_row("gpu-a02", {"rollout_plan": {"row": {"build": "0.33.0", "pristine": True}, "diffs": {}}})
+    assert row["diffs_before"] == []
+    assert "what drifted before" not in markdown([row], [])
+    assert rollout_row("gpu-a03", {})["diffs_before"] == []
+
+
+def test_hostile_path_is_linked_by_its_hashed_name_and_shown_escaped():
+    row = rollout_row("gpu-a01", {"rollout_plan": plan(["../../x\x1b[31m](javascript:alert(1))"])})
+    (entry,) = row["diffs_before"]
+    assert entry["file"].startswith("diffs/gpu-a01/_renamed/") and entry["file"].endswith(".diff")
+    text = markdown([row], [])
+    assert "\x1b" not in text and "[../../x\\x1b[31m\\](javascript:alert(1))](<%s>)" % entry["file"] in text
+    # a row that names a file the report did not make is not linked
+    row["diffs_before"] = [{"path": "x", "file": "../../etc/passwd"}, {"path": "y", "file": "diffs/a/<b>.diff"}]
+    assert "what drifted before" not in markdown([row], [])
+
+
+def test_markdown_without_wheel_dirs_names_the_setting():
+    result = plan([])
+    result["diffs"].update(wheel=None, wheel_dirs=[], not_diffed=2,
+                           note="no diffs: no directory of wheels on the host was given (wheel_dirs)")
+    text = drift_diff_markdown(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": result}})
+    assert text == ("### gpu-a01: what changed in its vLLM files\n\nNo diffs: fleet_wheel_dirs names no directory of "
+                    "wheels on the host. Set it to the directories that hold the wheels of the builds the fleet runs "
+                    "(the mirror the hosts install from), and the report shows what changed in each modified file.\n")
+    assert drift_diff_markdown(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": plan([])}}) == ""
+    assert drift_diff_markdown(["gpu-a09"], {}) == ""
