@@ -164,8 +164,8 @@ def markdown(hosts, lines=EXCERPT_LINES, setting="fleet_wheel_dirs"):
                 out.extend(["%s (%s), %s: [%s](<%s>)" % (code(path), what, more, full, full), "",
                             "%sdiff" % mark, block, mark, ""])
             else:
-                out.extend(["%s (%s): no diff: %s" % (code(path), what, one_line(item.get("note") or "no text"
-                                                                              " difference")), ""])
+                why = one_line(item.get("note") or "no text difference")
+                out.extend(["%s (%s): no diff: %s" % (code(path), what, why), ""])
         left = _count(diffs.get("not_diffed"))
         if left and diffs.get("files"):
             out.extend(["%d more changed file%s not diffed (the bounds diff_max_files and max_list of drift_info, or "

@@ -111,9 +111,9 @@ def markdown(rows, batches, benchmark_report=None):
     for row in rows:
         diffs = [d for d in row.get("diffs_before") or [] if isinstance(d, dict) and _plain_link(d.get("file"))]
         if diffs:
+            links = ", ".join("[%s](<%s>)" % (cell(d.get("path")).replace("]", "\\]"), d["file"]) for d in diffs)
             out.extend(["", "**%s**: what drifted before the rollout, its modified vLLM files against the pristine wheel: "
-                        "%s." % (cell(row.get("host")), ", ".join("[%s](<%s>)" % (cell(d.get("path")).replace("]", "\\]"),
-                                                                                 d["file"]) for d in diffs))])
+                        "%s." % (cell(row.get("host")), links)])
     if benchmark_report:
         out.extend(["", "Benchmark of the restarted hosts (`vllm bench serve`, baselines, plot): [%s](%s)"
                     % (benchmark_report, benchmark_report)])

@@ -98,7 +98,6 @@ def value_problems(values, options=(), quoted=(),
     return problems
 
 
-
 # Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
 # DEL, C1, the Unicode line and paragraph separators, the bidirectional overrides and isolates (they reorder what a
 # reader sees), and surrogates (bytes that were not UTF-8, decoded with surrogateescape).

@@ -111,6 +111,23 @@ def test_second_rollout_on_the_converged_fleet_restarted_nothing():
         assert row["downtime_s"] is None, (name, row)
 
 
+def test_audit_before_shows_what_drifted_from_the_mirror_wheel():
+    # fleet_wheel_dirs is the mirror (/srv/wheelhouse): each host's edited deepseek_v2.py is diffed against it
+    runs = sorted(glob.glob(os.path.join(REPORTS, "before", "audit-*")))
+    assert runs, "no audit report under %s/before" % REPORTS
+    rel = "vllm/model_executor/models/deepseek_v2.py"
+    with open(os.path.join(runs[-1], "drift.md")) as handle:
+        markdown = handle.read()
+    for name in ("rollout-1", "rollout-2", "rollout-3"):
+        with open(os.path.join(runs[-1], "diffs", name, rel + ".diff")) as handle:
+            diff = handle.read()
+        assert diff.startswith("--- wheel/%s\n+++ installed/%s\n" % (rel, rel)), diff[:300]
+        assert "\n+            _t.save(q.detach().cpu()" in diff and "\n+        # embed_debug: " in diff
+        assert "### %s: what changed in its vLLM files against `vllm-" % name in markdown
+        assert "[diffs/{0}/{1}.diff](<diffs/{0}/{1}.diff>)".format(name, rel) in markdown
+    assert "```diff\n@@ " in markdown
+
+
 def test_audit_after_reports_no_drift():
     after = rows(report("after", "drift.json"))
     for name, row in after.items():

@@ -62,3 +62,18 @@ def test_markdown_without_wheel_dirs_names_the_setting():
                     "(the mirror the hosts install from), and the report shows what changed in each modified file.\n")
     assert drift_diff_markdown(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": plan([])}}) == ""
     assert drift_diff_markdown(["gpu-a09"], {}) == ""
+
+
+def test_markdown_gives_each_file_without_a_diff_its_reason_and_counts_the_rest():
+    result = plan(["vllm/a.py"])
+    result["diffs"]["files"].append({"path": "vllm/_C.abi3.so", "class": "size_differs", "diff": "", "truncated": False,
+                                     "note": "binary file (wheel 10 bytes, installed 12 bytes); no text diff"})
+    result["diffs"]["not_diffed"] = 3
+    text = drift_diff_markdown(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": result}}, lines=2)
+    assert text.startswith("### gpu-a01: what changed in its vLLM files against `vllm-0.33.0-py3-none-any.whl`\n\n")
+    assert ("`vllm/a.py` (modified), the first 2 lines; 1 more in the whole diff: "
+            "[diffs/gpu-a01/vllm/a.py.diff](<diffs/gpu-a01/vllm/a.py.diff>)\n\n```diff\n@@ -1 +1,2 @@\n x = 1\n```\n") in text
+    assert ("`vllm/_C.abi3.so` (of another size than RECORD says): no diff: binary file (wheel 10 bytes, installed "
+            "12 bytes); no text diff\n") in text
+    assert text.endswith("3 more changed files not diffed (the bounds diff_max_files and max_list of drift_info, or its "
+                         "time limit).\n")
