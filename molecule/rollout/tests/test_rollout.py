@@ -128,6 +128,19 @@ def test_audit_before_shows_what_drifted_from_the_mirror_wheel():
     assert "```diff\n@@ " in markdown
 
 
+def test_first_rollout_plan_wrote_the_diffs_and_the_summary_links_them():
+    runs = sorted(glob.glob(os.path.join(REPORTS, "first", "rollout-*")))
+    assert len(runs) == 1, runs
+    rel = "vllm/model_executor/models/deepseek_v2.py"
+    with open(os.path.join(runs[0], "summary.md")) as handle:
+        markdown = handle.read()
+    for name in ("rollout-1", "rollout-2", "rollout-3"):
+        with open(os.path.join(runs[0], "diffs", name, rel + ".diff")) as handle:
+            assert "\n+            _t.save(q.detach().cpu()" in handle.read()
+        assert "**%s**: what drifted before the rollout" % name in markdown
+        assert "[{1}](<diffs/{0}/{1}.diff>)".format(name, rel) in markdown
+
+
 def test_audit_after_reports_no_drift():
     after = rows(report("after", "drift.json"))
     for name, row in after.items():
