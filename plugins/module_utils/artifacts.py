@@ -29,6 +29,8 @@ import re
 import stat
 import time
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 DEFAULT_PATTERNS = ('nomla_debug_tp*.pt', 'embed_debug_tp*.pt', 'mla_debug_layer*_tp*.pt')
 DEFAULT_PATHS = ('/tmp',)
 # directories never scanned: the root, the system's own trees and the kernel's pseudo file systems
@@ -94,18 +96,7 @@ def safe_text(value):
     Python keeps such bytes of a file name as lone surrogates (surrogateescape),
     which no JSON reader on the controller accepts.
     """
-    if isinstance(value, bytes):
-        return value.decode('utf-8', 'backslashreplace')
-    try:
-        value.encode('utf-8')
-        return value
-    except UnicodeEncodeError:
-        pass
-    try:
-        raw = value.encode('utf-8', 'surrogateescape')
-    except UnicodeEncodeError:
-        return value.encode('utf-8', 'backslashreplace').decode('utf-8')
-    return raw.decode('utf-8', 'backslashreplace')
+    return valid_text(value)
 
 
 def safe_result(value):

@@ -39,6 +39,7 @@ import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 SUMMARY_NAME = 'summary.json'
 REPORT_FILES = ('report.md', 'report.png')
@@ -96,11 +97,7 @@ def plan_results(run_dir, results):
 
 def text(value):
     """VALUE as valid text: odd bytes (surrogate escapes of file names) as backslash escapes."""
-    if isinstance(value, bytes):
-        value = os.fsdecode(value)
-    elif not isinstance(value, str):
-        value = str(value)
-    return value.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+    return valid_text(value)
 
 
 def md_text(value):

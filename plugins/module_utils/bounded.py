@@ -34,6 +34,8 @@ import subprocess
 import tempfile
 import time
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 # the exit status of a command that was killed at its time limit (as coreutils timeout gives)
 TIMEOUT_RC = 124
 # the most bytes read of each of stdout and stderr (the end of the output is kept)
@@ -50,15 +52,7 @@ def _words(argv):
     """The command as a person would type it (the program's base name, then its arguments)."""
     words = [os.path.basename(str(argv[0]))] + [str(w) for w in argv[1:] if str(w) != "--"]
     text = " ".join(w for w in words if not w.startswith("--property=") and not w.startswith("--output="))
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if _odd(text) else text
-
-
-def _odd(text):
-    try:
-        text.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
+    return valid_text(text)
 
 
 def _number(value):
@@ -134,9 +128,7 @@ def command_failure(argv, rc, err):
     """The sentence of a failed call: the timeout sentence, or '<command> failed (exit N): <stderr>'."""
     if timed_out(rc, err):
         return err.strip()
-    text = " ".join((err or "").split())
-    if _odd(text):
-        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    text = valid_text(" ".join((err or "").split()))
     return "%s failed (exit %d): %s" % (_words(argv), rc, text[:600])
 
 

@@ -10,6 +10,8 @@ __metaclass__ = type
 import os
 import threading
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 MIB = 1024 * 1024
 
 
@@ -38,9 +40,7 @@ class NoAnswer(Exception):
 
 def shown(path):
     """PATH as valid text for a message or result: odd bytes as backslash escapes."""
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return valid_text(path)
 
 
 def _kind(path):

@@ -51,6 +51,8 @@ import sys
 import threading
 import time
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 MIB = 1024 * 1024
 
 PYNVML_MISSING = "PYNVML_NOT_INSTALLED"
@@ -223,11 +225,7 @@ def _text(value):
     """A string from NVML as valid one-line text: odd bytes and control characters as backslash escapes."""
     if value is None:
         return None
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "backslashreplace")
-    elif not isinstance(value, str):
-        value = str(value)
-    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    value = valid_text(value)
     return _CONTROL.sub(lambda match: "\\x%02x" % ord(match.group()) if ord(match.group()) < 0x100
                         else "\\u%04x" % ord(match.group()), value)
 

@@ -31,6 +31,8 @@ import os
 import re
 import stat
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 #: Hash algorithms accepted in RECORD (PEP 376 / PEP 427 forbid md5 and sha1).
 HASH_ALGORITHMS = ("sha256", "sha384", "sha512", "sha3_256", "sha3_384", "sha3_512",
                    "blake2b", "blake2s")
@@ -316,15 +318,7 @@ def safe_text(text):
     """``text`` as valid UTF-8 text for a module result: bytes that were not
     UTF-8 (surrogate escapes from the file system or a RECORD) and NUL
     characters are shown as backslash escapes instead of breaking the result."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "surrogateescape")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = valid_text(text)
     return text.replace("\x00", "\\0") if "\x00" in text else text
 
 

@@ -13,6 +13,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
            "config keys removed", "vLLM files after", "1-stream tok/s", "peak tok/s", "benchmark")
 ALIGN = ("---", "---", "---", "---", "---", "---:", "---", "---:", "---", "---:", "---:", "---")
@@ -31,12 +33,7 @@ def _escape(match):
 
 def one_line(value):
     """VALUE on one line: control characters (newlines, terminal escapes) as visible escapes, odd bytes escaped."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "backslashreplace")
-    elif not isinstance(value, str):
-        value = str(value)
-    value = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return _CONTROL.sub(_escape, value)
+    return _CONTROL.sub(_escape, valid_text(value))
 
 
 def one_line_list(values):

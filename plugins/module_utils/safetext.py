@@ -18,6 +18,34 @@ import re
 LINE_BREAKS = u"\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
+def valid_text(value):
+    """VALUE as text that is valid UTF-8 (for a module result, a message, a report), nothing else changed.
+
+    Bytes that are not UTF-8 (a file name, a line of a command's output),
+    whether given as bytes or kept by Python as surrogate escapes, are shown
+    as backslash escapes (\\xff); so is any other lone surrogate (a JSON
+    string may carry one), which no JSON reader on the controller accepts.
+    None and other non-text values become their str().
+    """
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if not isinstance(value, str):
+        value = str(value)
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        pass
+    try:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        # lone surrogates that do not stand for a byte: escape each, keep the rest
+        return "".join(char if not 0xD800 <= ord(char) <= 0xDFFF else
+                       (char.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                        if 0xDC80 <= ord(char) <= 0xDCFF else "\\u%04x" % ord(char))
+                       for char in value)
+
+
 def control_character(text):
     """(index, char) of the first control character in text, or None.
 

@@ -52,6 +52,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import (
     runner,
     timed_out,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
                    "ExecMainStartTimestampMonotonic", "FragmentPath")
@@ -88,17 +89,8 @@ def _failure(argv, rc, err):
 
 
 def _shown_line(line, limit=120):
-    text = line.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") if _odd(line) else line
-    escaped = text.encode("unicode_escape").decode("ascii")
+    escaped = valid_text(line).encode("unicode_escape").decode("ascii")
     return "'%s'" % (escaped[:limit] + ("..." if len(escaped) > limit else ""))
-
-
-def _odd(text):
-    try:
-        text.encode("utf-8")
-        return False
-    except UnicodeEncodeError:
-        return True
 
 
 def parse_show(text, unit="the unit", properties=UNIT_PROPERTIES):
@@ -286,20 +278,7 @@ def journal_tail(run_command, journalctl, unit, lines=30, line_chars=2000):
     if rc != 0:
         return []
     tail = [line for line in out.splitlines() if line.strip()][-lines:]
-    return [_odd_bytes_shown(line[:line_chars] + ("..." if len(line) > line_chars else "")) for line in tail]
-
-
-def _odd_bytes_shown(text):
-    """TEXT (decoded with surrogateescape) as valid UTF-8 text, its odd bytes or lone surrogates as escapes."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return [valid_text(line[:line_chars] + ("..." if len(line) > line_chars else "")) for line in tail]
 
 
 def unit_name_problem(base):

@@ -226,7 +226,6 @@ problems:
 
 import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -235,6 +234,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline, DeadlinePassed
 
 # the clock of the timeout (a name of its own, so that a test can make time pass)
@@ -247,19 +247,6 @@ def _current(path):
             return handle.read()
     except (IOError, OSError):
         return None
-
-
-def _write(module, path, data):
-    directory = os.path.dirname(path)
-    handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(handle, 'wb') as out:
-            out.write(data)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def main():
@@ -323,7 +310,7 @@ def main():
                 directory = os.path.dirname(target)
                 if not os.path.isdir(directory):
                     os.makedirs(directory, 0o755)
-                _write(module, target, data)
+                reportfile.write_atomic(module, target, data)
             except (IOError, OSError) as exc:
                 module.fail_json(msg='Could not keep the benchmark result %s: %s. Check that the directory is '
                                      'writable and the disk not full.' % (target, to_native(exc)),
@@ -365,7 +352,7 @@ def main():
                 written.append(target)
                 if not module.check_mode:
                     try:
-                        _write(module, target, data)
+                        reportfile.write_atomic(module, target, data)
                     except (IOError, OSError) as exc:
                         module.fail_json(msg='Could not write the benchmark report %s: %s. Check that the directory '
                                              'is writable and the disk not full.' % (target, to_native(exc)),

@@ -86,24 +86,11 @@ benchmark_report:
 """
 
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
-
-
-def _write(module, path, text):
-    directory = os.path.dirname(path)
-    handle, tmp = tempfile.mkstemp(prefix='.%s.' % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
 
 
 def main():
@@ -127,7 +114,7 @@ def main():
             os.makedirs(path, mode=0o755, exist_ok=True)
             for name, text in (('summary.json', rollout_report.summary_json(rows, batches, benchmark_report)),
                                ('summary.md', rollout_report.markdown(rows, batches, 'report.md' if benchmark_report else None))):
-                _write(module, os.path.join(path, name), text)
+                reportfile.write_atomic(module, os.path.join(path, name), text)
                 files.append(os.path.join(path, name))
         except (OSError, IOError, ValueError) as exc:
             module.fail_json(msg='Could not write the rollout summary into %s: %s. The hosts are as the lines below say.'

@@ -28,7 +28,7 @@ def clock(monkeypatch):
     """Each file written or read takes 100 s."""
     now = [0.0]
     monkeypatch.setattr(bench_report, '_clock', lambda: now[0])
-    real_write, real_read = bench_report._write, report_utils._read_json
+    real_write, real_read = bench_report.reportfile.write_atomic, report_utils._read_json
 
     def write(*args):
         now[0] += 100
@@ -38,7 +38,7 @@ def clock(monkeypatch):
         now[0] += 100
         return real_read(*args)
 
-    monkeypatch.setattr(bench_report, '_write', write)
+    monkeypatch.setattr(bench_report.reportfile, 'write_atomic', write)
     monkeypatch.setattr(report_utils, '_read_json', read)
     return now
 
