@@ -1,0 +1,83 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.report_files, run in-process: the diffs of a run written in one task, nothing outside the directory."""
+
+import os
+
+import pytest
+
+from helpers import module_runner
+from ansible_collections.gpufleet.vllm.plugins.modules import report_files
+
+DIFF = "--- a/vllm/model.py\n+++ b/vllm/model.py\n@@ -1 +1,2 @@\n x = 1\n+_t.save(q, '/tmp/q.pt')\n"
+
+
+@pytest.fixture
+def run(capsys):
+    return module_runner(report_files.main, capsys)
+
+
+def _tree(top):
+    return sorted(os.path.relpath(os.path.join(d, f), str(top)) for d, _, names in os.walk(str(top)) for f in names)
+
+
+def test_writes_every_file_below_the_directory_in_one_run(run, tmp_path):
+    files = [{"file": "diffs/gpu-1/vllm/model_executor/models/deepseek_v2.py.diff", "content": DIFF},
+             {"file": "diffs/gpu-2/vllm/model.py.diff", "content": u"+ caf\u00e9\n"}]
+    rc, result = run({"path": str(tmp_path / "rollout-1"), "files": files})
+    assert rc == 0 and result["changed"] is False and result["check_mode"] is False
+    assert result["files"] == [f["file"] for f in files]
+    assert _tree(tmp_path / "rollout-1") == sorted(f["file"] for f in files)
+    assert (tmp_path / "rollout-1" / files[0]["file"]).read_text() == DIFF
+    assert result["bytes"] == len(DIFF) + len(u"+ caf\u00e9\n".encode("utf-8"))
+
+
+def test_check_mode_writes_nothing_and_says_what_it_would_write(run, tmp_path):
+    rc, result = run({"path": str(tmp_path / "r"), "files": [{"file": "diffs/h/a.diff", "content": DIFF}]}, check=True)
+    assert rc == 0 and result["check_mode"] is True and result["files"] == ["diffs/h/a.diff"]
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("../outside.diff", "'.' or '..' part"),
+    ("diffs/../../outside.diff", "'.' or '..' part"),
+    ("/etc/cron.d/x", "absolute"),
+    ("diffs//x.diff", "empty"),
+    ("diffs/h/x.diff\n[Service]", "control character"),
+    ("diffs/h/\x1b[2Jx.diff", "control character"),
+    ("", "empty"),
+    ("diffs/" + "a" * 256 + ".diff", "longer than 255 bytes"),
+])
+def test_a_path_that_could_leave_the_directory_is_refused_before_anything_is_written(run, tmp_path, bad, why):
+    files = [{"file": "diffs/ok/first.diff", "content": DIFF}, {"file": bad, "content": DIFF}]
+    rc, result = run({"path": str(tmp_path / "r"), "files": files})
+    assert rc == 1 and why in result["msg"] and "nothing was written" in result["msg"]
+    assert "\n" not in result["msg"] and "\x1b" not in result["msg"]
+    assert not (tmp_path / "r").exists() and _tree(tmp_path) == []
+
+
+def test_a_symbolic_link_inside_the_directory_is_not_followed(run, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    report = tmp_path / "r"
+    (report / "diffs").mkdir(parents=True)
+    os.symlink(str(outside), str(report / "diffs" / "gpu-1"))
+    files = [{"file": "diffs/gpu-0/a.diff", "content": DIFF}, {"file": "diffs/gpu-1/b.diff", "content": DIFF}]
+    rc, result = run({"path": str(report), "files": files})
+    assert rc == 1 and "symbolic link" in result["msg"] and "Written before it: 1 of 2" in result["msg"]
+    assert result["files"] == ["diffs/gpu-0/a.diff"]
+    assert os.listdir(str(outside)) == []
+
+
+def test_too_many_files_or_bytes_are_refused_unwritten(run, tmp_path):
+    files = [{"file": "diffs/h/%d.diff" % i, "content": DIFF} for i in range(3)]
+    rc, result = run({"path": str(tmp_path / "r"), "files": files, "max_files": 2})
+    assert rc == 1 and "more than max_files (2)" in result["msg"]
+    rc, result = run({"path": str(tmp_path / "r"), "files": files, "max_bytes": 2 * len(DIFF)})
+    assert rc == 1 and "more than max_bytes" in result["msg"]
+    assert not (tmp_path / "r").exists()
+
+
+def test_odd_bytes_in_a_diff_are_written_as_escapes(run, tmp_path):
+    content = b"+ name \xff\n".decode("utf-8", "surrogateescape")
+    rc, result = run({"path": str(tmp_path), "files": [{"file": "x.diff", "content": content}]})
+    assert rc == 0 and (tmp_path / "x.diff").read_text() == "+ name \\xff\n"
