@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: vllm_envs
 short_description: The staged vLLM environments of a host, the current and previous links, and their cleanup
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads, in one call, the environments the role P(gpufleet.vllm.reinstall#role) stages in O(envs_dir) (directories
     named C(<package>-<version>-<UTC time>), for example C(vllm-0.33.0-20261204T101500Z)), the links O(current_link)
@@ -20,7 +20,7 @@ description:
   - With O(state=pruned), removes those environments. Never the targets of O(current_link) and O(previous_link),
     O(adopt_venv) or a path in O(protect) (compared resolved, so a link to an environment protects it), and only
     directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
-    or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir): one
+    or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir); one
     already gone is listed in RV(gone), one that became a link or another directory since the listing is left
     alone and listed in RV(left).
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
