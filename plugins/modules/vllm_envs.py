@@ -280,11 +280,10 @@ def main():
             done = remove_envs(envs_dir, found["to_remove"])
         except EnvsError as exc:
             partial = exc.partial or {}
+            removed = partial.get("removed", [])
+            facts.update(removed=removed, gone=partial.get("gone", []))
             module.fail_json(msg="%s. Removed before it: %s. The current and previous environments were not touched."
-                                 % (str(exc), ", ".join(partial.get("removed", [])) or "none"),
-                             changed=bool(partial.get("removed")), removed=partial.get("removed", []),
-                             gone=partial.get("gone", []), **dict((k, v) for k, v in facts.items()
-                                                                 if k not in ("removed", "gone")))
+                                 % (str(exc), ", ".join(removed) or "none"), changed=bool(removed), **facts)
         facts.update(removed=done["removed"], gone=done["gone"],
                      left=["%s (%s)" % (path, why) for path, why in done["left"]])
         changed = bool(done["removed"])
