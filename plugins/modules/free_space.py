@@ -75,6 +75,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it measures the same either way). Also true for a task with
+      C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode) variable is false, so a role
+      can tell from this result whether it runs in check mode.
+  returned: always
+  type: bool
+  sample: false
 blocker:
   description: On failure because O(path) cannot exist, the existing component that is not a directory.
   returned: when O(path) lies below a regular file or another non-directory
@@ -151,8 +159,8 @@ def main():
             msg="Only %d MiB are free for %s (filesystem mounted at %s); %s needs %d MiB. Free space there or "
                 "point it at another filesystem. Nothing was changed."
                 % (result["free_mib"], shown(path), result["mount"], module.params["purpose"], needed),
-            changed=False, **result)
-    module.exit_json(changed=False, **result)
+            changed=False, check_mode=module.check_mode, **result)
+    module.exit_json(changed=False, check_mode=module.check_mode, **result)
 
 
 if __name__ == "__main__":

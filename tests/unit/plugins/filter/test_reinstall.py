@@ -1,10 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The reinstall role's decisions: what to stage, the newest staged environment, what cleanup removes."""
+"""The reinstall role's decision: what to stage (the environments to reuse and remove: test_venvs_tables.py)."""
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.filter.reinstall import (
-    reinstall_newest, reinstall_plan, reinstall_to_remove)
+from ansible_collections.gpufleet.vllm.plugins.filter.reinstall import reinstall_plan
 
 TARGET = "0.16.0rc2.dev344+gea5f903f8"
 ENVS = "/opt/vllm/envs"
@@ -56,56 +55,3 @@ def test_plan_refuses_a_force_that_is_not_a_bool():
     # 'false' as text would read as true in Python: the role passes reinstall_force | bool
     with pytest.raises(AnsibleFilterError, match="force must be true or false, got 'false'"):
         reinstall_plan(PRISTINE, TARGET, force="false")
-
-
-NEWEST_CASES = {
-    "newest by the time in the name": ([EARLIER, NEW, CURRENT], [], NEW),
-    "the current one is never the candidate": ([EARLIER, NEW], [NEW], EARLIER),
-    "only the current one": ([CURRENT], [CURRENT], ""),
-    "nothing staged": ([], [CURRENT], ""),
-    "no find result": (None, [CURRENT], ""),
-}
-
-
-@pytest.mark.parametrize("name", sorted(NEWEST_CASES))
-def test_newest(name):
-    paths, exclude, expected = NEWEST_CASES[name]
-    assert reinstall_newest(paths, exclude=exclude) == expected
-
-
-def _env(version, stamp):
-    return "%s/vllm-%s-%s" % (ENVS, version, stamp)
-
-
-# staged environments of several versions: the time in the name orders them, not the version
-A = _env("0.15.1", "20260101T000000Z")
-B = _env("0.16.0", "20260201T000000Z")
-C = _env("0.15.1", "20260215T000000Z")
-D = _env("0.16.1", "20260301T000000Z")
-
-REMOVE_CASES = {
-    "keep 2 of 4, oldest removed first": ([B, D, A, C], 2, [], [B, A]),
-    "keep 0 removes all but the protected": ([A, B, C, D], 0, [D, B], [C, A]),
-    "keep more than there are": ([A, B], 5, [], []),
-    "protected ones beyond keep stay": ([A, B, C, D], 1, [A, "", None], [C, B]),
-    "keep as text (from the inventory)": ([A, B, C, D], "3", [], [A]),
-    "nothing found": ([], 2, [A], []),
-    "no find result": (None, 2, [], []),
-}
-
-
-@pytest.mark.parametrize("name", sorted(REMOVE_CASES))
-def test_to_remove(name):
-    paths, keep, protect, expected = REMOVE_CASES[name]
-    assert reinstall_to_remove(paths, keep, protect=[p for p in protect if p is not None]) == expected
-
-
-@pytest.mark.parametrize("keep, message", [(-1, "must be 0 or more, got -1"), ("two", "must be a whole number, got 'two'")])
-def test_to_remove_refuses_a_keep_that_is_not_a_count(keep, message):
-    with pytest.raises(AnsibleFilterError, match="reinstall_keep " + message):
-        reinstall_to_remove([A, B], keep)
-
-
-def test_a_path_list_is_required():
-    with pytest.raises(AnsibleFilterError, match="expects a list of environment paths, got str"):
-        reinstall_to_remove(A, 1)

@@ -112,3 +112,11 @@ def test_a_hung_filesystem_fails_at_the_timeout(run, tmp_path, monkeypatch):
     assert result["msg"] == ("Could not measure the free space: the filesystem that would hold %s did not answer within "
                              "1 s (a hung network mount, NFS or FUSE?). Check the mount (mount, dmesg). Nothing was "
                              "changed." % (tmp_path / "envs"))
+
+
+def test_says_whether_it_ran_in_check_mode(run, tmp_path):
+    # a role reads this instead of ansible_check_mode, which a task's check_mode: true leaves false
+    assert run({"path": str(tmp_path)}, check=True)[1]["check_mode"] is True
+    assert run({"path": str(tmp_path)}, check=False)[1]["check_mode"] is False
+    code, failed = run({"path": str(tmp_path), "min_free_mib": 10 ** 9}, check=True)
+    assert code == 1 and failed["check_mode"] is True

@@ -1,0 +1,247 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The staged vLLM environments of a host (module vllm_envs).
+
+Staged environments are directories named ``<package>-<version>-<UTC
+time>`` (``vllm-0.33.0-20261204T101500Z``) directly in the environments
+directory; the current and the previous link point at two of them (or at an
+adopted venv elsewhere).
+
+Public API:
+
+* :func:`read_link` -- what a link is and where it points, never failing
+  on a missing path.
+* :func:`read_envs` -- one listing of the environments directory (bounded in
+  entries): the staged environments newest first, the one to reuse for a
+  version, the ones a cleanup that keeps N would remove.
+* :func:`remove_envs` -- remove those, each relative to the opened
+  directory, checked again right before it goes (gone, replaced by a link,
+  another directory under the same name: left alone and said so).
+* :func:`check_options` -- the options' problems, one sentence each.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+import re
+import shutil
+import stat
+import sys
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character, shown as _shown_cut
+
+PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+STAMP = r"[0-9]{8}T[0-9]{6}Z"
+# the most directory entries one listing reads
+MAX_ENTRIES = 10000
+
+
+def shown(text):
+    """A path or value in a message: quoted, escaped, whole (paths are long)."""
+    return _shown_cut(text, limit=4096)
+
+
+class EnvsError(Exception):
+    """A listing or removal that cannot go on; the message is the operator's sentence."""
+
+    # what a failed removal had done before it failed (remove_envs' result)
+    partial = None
+
+
+def version_safe(version):
+    """The version as it appears in an environment's name: anything but [A-Za-z0-9._-] made _ (the + of a local version)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", str(version))
+
+
+def env_name_pattern(package):
+    """The names of PACKAGE's staged environments: group 1 the version (made safe), group 2 the UTC time."""
+    return re.compile(r"%s-([A-Za-z0-9._-]+)-(%s)" % (re.escape(package), STAMP))
+
+
+def _path_problem(name, value, required=True):
+    if not value:
+        return "%s must be set" % name if required else None
+    where = control_character(value)
+    if where is not None:
+        return "%s must be one line of printable text, got %s" % (name, shown(value))
+    if not value.startswith("/"):
+        return "%s must be an absolute path, got %s" % (name, shown(value))
+    if ".." in value.split("/"):
+        return "%s must not contain '..', got %s" % (name, shown(value))
+    return None
+
+
+def check_options(envs_dir, package, current_link="", previous_link="", adopt_venv="", target_version="",
+                  keep=0, protect=(), max_entries=MAX_ENTRIES):
+    """The problems of the options, one sentence each (empty: all fine)."""
+    problems = [p for p in (_path_problem("envs_dir", envs_dir),
+                            _path_problem("current_link", current_link, required=False),
+                            _path_problem("previous_link", previous_link, required=False),
+                            _path_problem("adopt_venv", adopt_venv, required=False)) if p]
+    if envs_dir and os.path.normpath(envs_dir) == "/":
+        problems.append("envs_dir must not be /")
+    if not package or not PACKAGE.fullmatch(package):
+        problems.append("package must be a distribution name such as vllm (letters, digits, '.', '_', '-'), got %s"
+                        % shown(package or ""))
+    if target_version and control_character(target_version) is not None:
+        problems.append("target_version must be one line of printable text, got %s" % shown(target_version))
+    if keep < 0:
+        problems.append("keep must be 0 or more, got %d" % keep)
+    if max_entries < 1:
+        problems.append("max_entries must be at least 1, got %d" % max_entries)
+    for index, path in enumerate(protect or ()):
+        problem = _path_problem("protect[%d]" % index, path, required=False)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def read_link(path):
+    """What PATH is: {path, exists, is_link, target (the resolved path, '' unless a link), target_is_dir}."""
+    info = {"path": path, "exists": False, "is_link": False, "target": "", "target_is_dir": False}
+    if not path:
+        return info
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return info
+    info["exists"] = True
+    if stat.S_ISLNK(st.st_mode):
+        info["is_link"] = True
+        info["target"] = os.path.realpath(path)
+        info["target_is_dir"] = os.path.isdir(info["target"])
+    return info
+
+
+def _newest_first(envs):
+    return sorted(envs, key=lambda env: (env["stamp"], env["name"]), reverse=True)
+
+
+def _real(path):
+    return os.path.realpath(path) if path else ""
+
+
+def read_envs(envs_dir, package, keep, target_version="", current="", protect=(), max_entries=MAX_ENTRIES):
+    """One listing of ENVS_DIR (it may be a link to a larger disk; the entries in it are never followed).
+
+    Returns a dict: state (directory, absent, not_a_directory), staged (newest first, each {name, path,
+    version, stamp, ident}), ignored (names like an environment's that are not directories: [name, what]),
+    reuse (the newest staged environment of TARGET_VERSION other than CURRENT, or ''),
+    to_remove (the staged environments beyond the KEEP newest, none of them CURRENT or in PROTECT).
+    Paths are compared resolved (a link to an environment protects it).
+    Raises EnvsError past MAX_ENTRIES entries.
+    """
+    result = {"state": "absent", "staged": [], "ignored": [], "reuse": "", "to_remove": []}
+    try:
+        fd = os.open(envs_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        if isinstance(exc, NotADirectoryError) or os.path.lexists(envs_dir):
+            result["state"] = "not_a_directory"
+        return result
+    except OSError as exc:
+        raise EnvsError("Could not open %s: %s" % (shown(envs_dir), exc.strerror or exc))
+    result["state"] = "directory"
+    pattern = env_name_pattern(package)
+    real_dir = os.path.realpath(envs_dir)
+    staged = []
+    try:
+        count = 0
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                count += 1
+                if count > max_entries:
+                    raise EnvsError(
+                        "%s holds more than %d entries (max_entries); nothing was removed. Look at what is in it, "
+                        "or raise max_entries." % (shown(envs_dir), max_entries))
+                match = pattern.fullmatch(entry.name)
+                if not match:
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISDIR(st.st_mode):
+                    result["ignored"].append([entry.name, "a link" if stat.S_ISLNK(st.st_mode) else "not a directory"])
+                    continue
+                staged.append({"name": entry.name, "path": os.path.join(envs_dir, entry.name),
+                               "real": os.path.join(real_dir, entry.name), "version": match.group(1),
+                               "stamp": match.group(2), "ident": (st.st_dev, st.st_ino)})
+    finally:
+        os.close(fd)
+    staged = _newest_first(staged)
+    result["staged"] = staged
+    exclude = _real(current)
+    protected = set(_real(path) for path in list(protect) + [current] if path)
+    if target_version:
+        wanted = version_safe(target_version)
+        for env in staged:
+            if env["version"] == wanted and env["real"] != exclude:
+                result["reuse"] = env["path"]
+                break
+    result["to_remove"] = [env for env in staged[keep:] if env["real"] not in protected]
+    return result
+
+
+def _rmtree(name, dir_fd, path):
+    if sys.version_info >= (3, 11) and shutil.rmtree.avoids_symlink_attacks:
+        shutil.rmtree(name, dir_fd=dir_fd)  # pylint: disable=unexpected-keyword-arg
+    else:
+        shutil.rmtree(path)
+
+
+def _exists_at(name, dir_fd):
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def remove_envs(envs_dir, envs):
+    """Remove ENVS (entries of read_envs' to_remove), each checked again right before it goes.
+
+    Returns {removed: [path], gone: [path], left: [[path, why]]}: removed, already gone when its turn came,
+    left alone because it is no longer the directory that was read (a link now, or another directory).
+    Raises EnvsError on the first removal that fails, with what went before it in .partial.
+    """
+    done = {"removed": [], "gone": [], "left": []}
+    if not envs:
+        return done
+    try:
+        fd = os.open(envs_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        done["gone"] = [env["path"] for env in envs]
+        return done
+    except OSError as exc:
+        raise EnvsError("Could not open %s: %s" % (shown(envs_dir), exc.strerror or exc))
+    try:
+        for env in envs:
+            try:
+                st = os.lstat(env["name"], dir_fd=fd)
+            except FileNotFoundError:
+                done["gone"].append(env["path"])
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                done["left"].append([env["path"], "it became a link or a file after it was read; it was not followed"])
+                continue
+            if (st.st_dev, st.st_ino) != tuple(env["ident"]):
+                done["left"].append([env["path"], "another directory took its name after it was read"])
+                continue
+            try:
+                _rmtree(env["name"], fd, os.path.join(os.path.realpath(envs_dir), env["name"]))
+            except OSError as exc:
+                if isinstance(exc, FileNotFoundError) and not _exists_at(env["name"], fd):
+                    # removed by someone else while this removal ran
+                    done["gone"].append(env["path"])
+                    continue
+                error = EnvsError("Could not remove %s: %s" % (shown(env["path"]), exc.strerror or exc))
+                error.partial = done
+                raise error
+            done["removed"].append(env["path"])
+    finally:
+        os.close(fd)
+    return done

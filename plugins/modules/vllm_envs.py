@@ -1,0 +1,311 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: vllm_envs
+short_description: The staged vLLM environments of a host, the current and previous links, and their cleanup
+version_added: 0.1.0
+description:
+  - Reads, in one call, the environments the role P(gpufleet.vllm.reinstall#role) stages in O(envs_dir) (directories
+    named C(<package>-<version>-<UTC time>), for example C(vllm-0.33.0-20261204T101500Z)), the links O(current_link)
+    and O(previous_link) and where they point, the newest environment staged for O(target_version) other than the
+    current one (to reuse), and the environments a cleanup that keeps the O(keep) newest would remove.
+  - With O(state=pruned), removes those environments. Never the targets of O(current_link) and O(previous_link),
+    O(adopt_venv) or a path in O(protect) (compared resolved, so a link to an environment protects it), and only
+    directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
+    or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir); one
+    already gone is listed in RV(gone), one that became a link or another directory since the listing is left
+    alone and listed in RV(left).
+  - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
+  - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
+    them), and when O(envs_dir) holds more than O(max_entries) entries.
+options:
+  envs_dir:
+    description: The absolute directory the staged environments are in.
+    type: path
+    required: true
+  package:
+    description:
+      - The distribution the environments hold; the first word of their names.
+      - A distribution name (letters, digits, C(.), C(_), C(-)).
+    type: str
+    default: vllm
+  current_link:
+    description: The link to the environment the service runs. Empty to not look.
+    type: path
+    default: ""
+  previous_link:
+    description: The link to the environment the last switch replaced (the rollback target). Empty to not look.
+    type: path
+    default: ""
+  adopt_venv:
+    description:
+      - The venv the service runs while O(current_link) does not exist yet (RV(current_env) then). Never removed.
+    type: path
+    default: ""
+  target_version:
+    description:
+      - The version about to be staged. RV(reuse) is the newest environment staged earlier for it (its name carries
+        the version with any character but letters, digits, C(.), C(_), C(-) made C(_)), other than the current one.
+    type: str
+    default: ""
+  keep:
+    description: How many of the newest staged environments a cleanup keeps (the protected ones count among them).
+    type: int
+    default: 2
+  protect:
+    description: More environments never to remove, for example the one just staged.
+    type: list
+    elements: path
+    default: []
+  state:
+    description:
+      - V(listed) only reads.
+      - V(pruned) removes RV(to_remove).
+    type: str
+    choices: [listed, pruned]
+    default: listed
+  max_entries:
+    description: The most entries of O(envs_dir) read. Past it the task fails before anything is removed.
+    type: int
+    default: 10000
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: With O(state=pruned), lists what would be removed in RV(to_remove) and removes nothing.
+  diff_mode:
+    support: full
+    details: The staged environments before and after the cleanup.
+  platform:
+    support: full
+    platforms: posix
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only).
+notes:
+  - Removing one environment (a vLLM venv holds tens of thousands of files) takes as long as the filesystem needs; the
+    listing reads at most O(max_entries) entries.
+seealso:
+  - module: gpufleet.vllm.vllm_cutover
+  - module: gpufleet.vllm.free_space
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Read the environments, the links and the one to reuse for 0.33.0
+  gpufleet.vllm.vllm_envs:
+    envs_dir: /opt/vllm/envs
+    current_link: /opt/vllm/current
+    previous_link: /opt/vllm/previous
+    adopt_venv: /root/ml-env
+    target_version: 0.33.0
+  register: envs
+
+- name: Remove the environments beyond the 2 newest (never the current or the previous one)
+  gpufleet.vllm.vllm_envs:
+    envs_dir: /opt/vllm/envs
+    current_link: /opt/vllm/current
+    previous_link: /opt/vllm/previous
+    keep: 2
+    state: pruned
+"""
+
+RETURN = r"""
+changed:
+  description: Whether environments were (or, in check mode, would be) removed.
+  returned: always
+  type: bool
+check_mode:
+  description:
+    - Whether the module ran in check mode. Also true for a task with C(check_mode=true) in a run without
+      C(--check), where the C(ansible_check_mode) variable is false.
+  returned: always
+  type: bool
+  sample: false
+msg:
+  description: One line for the operator.
+  returned: always
+  type: str
+  sample: removed 1 of 4 staged environment(s) in /opt/vllm/envs
+envs_dir:
+  description: O(envs_dir), and what it is.
+  returned: always
+  type: dict
+  contains:
+    path:
+      description: O(envs_dir).
+      type: str
+      returned: always
+    state:
+      description: V(directory), V(absent) or V(not_a_directory).
+      type: str
+      returned: always
+current:
+  description: O(current_link) as found.
+  returned: always
+  type: dict
+  contains:
+    path:
+      description: O(current_link).
+      type: str
+      returned: always
+    exists:
+      description: Whether something is at that path.
+      type: bool
+      returned: always
+    is_link:
+      description: Whether it is a symbolic link.
+      type: bool
+      returned: always
+    target:
+      description: The resolved path it points at (empty when not a link).
+      type: str
+      returned: always
+    target_is_dir:
+      description: Whether that target is a directory.
+      type: bool
+      returned: always
+previous:
+  description: O(previous_link) as found (the same fields as RV(current)).
+  returned: always
+  type: dict
+current_env:
+  description: The environment the service runs, RV(current.target), or O(adopt_venv) when O(current_link) is not a link.
+  returned: always
+  type: str
+  sample: /opt/vllm/envs/vllm-0.33.0-20261204T101500Z
+staged:
+  description: The staged environments, newest first (by the time in their names).
+  returned: always
+  type: list
+  elements: str
+  sample: [/opt/vllm/envs/vllm-0.33.0-20261204T101500Z, /opt/vllm/envs/vllm-0.32.1-20261101T090000Z]
+ignored:
+  description: Entries named like an environment that are not directories (links are never followed), with why.
+  returned: always
+  type: list
+  elements: str
+  sample: ["vllm-0.31.0-20261001T000000Z (a link)"]
+reuse:
+  description: The newest environment staged for O(target_version) other than RV(current_env); empty when none.
+  returned: always
+  type: str
+to_remove:
+  description: The staged environments a cleanup that keeps O(keep) removes (with O(state=pruned), was to remove).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The environments removed; empty in check mode and with O(state=listed).
+  returned: always
+  type: list
+  elements: str
+gone:
+  description: Environments of RV(to_remove) already gone when their turn came (removed by someone else).
+  returned: always
+  type: list
+  elements: str
+left:
+  description: Environments of RV(to_remove) left alone because they changed after the listing, with why.
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.venvs import (
+    EnvsError, check_options, read_envs, read_link, remove_envs, shown)
+
+
+def _lines(paths):
+    return "".join(path + "\n" for path in paths)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            envs_dir=dict(type="path", required=True),
+            package=dict(type="str", default="vllm"),
+            current_link=dict(type="path", default=""),
+            previous_link=dict(type="path", default=""),
+            adopt_venv=dict(type="path", default=""),
+            target_version=dict(type="str", default=""),
+            keep=dict(type="int", default=2),
+            protect=dict(type="list", elements="path", default=[]),
+            state=dict(type="str", choices=["listed", "pruned"], default="listed"),
+            max_entries=dict(type="int", default=10000),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    protect = [path for path in p["protect"] if path]
+    problems = check_options(p["envs_dir"], p["package"], p["current_link"] or "", p["previous_link"] or "",
+                             p["adopt_venv"] or "", p["target_version"] or "", p["keep"], protect, p["max_entries"])
+    if problems:
+        module.fail_json(msg="Refused, nothing was changed: %s." % "; ".join(problems), check_mode=module.check_mode)
+    envs_dir = p["envs_dir"].rstrip("/") or "/"
+    current = read_link(p["current_link"] or "")
+    previous = read_link(p["previous_link"] or "")
+    facts = dict(check_mode=module.check_mode, envs_dir={"path": envs_dir, "state": "absent"}, current=current,
+                 previous=previous)
+    if current["exists"] and not current["is_link"]:
+        module.fail_json(
+            msg="%s exists but is not a symbolic link. Environments are switched by pointing that link at them: "
+                "move the environment elsewhere and adopt it (adopt_venv; fleet_adopt_venv in the roles), or choose "
+                "another current link. Nothing was changed." % shown(current["path"]), **facts)
+    current_env = current["target"] if current["is_link"] else (p["adopt_venv"] or "")
+    try:
+        found = read_envs(envs_dir, p["package"], p["keep"], target_version=p["target_version"] or "",
+                          current=current_env, protect=[previous["target"], p["adopt_venv"] or ""] + protect,
+                          max_entries=p["max_entries"])
+    except EnvsError as exc:
+        module.fail_json(msg=str(exc), **facts)
+    staged = [env["path"] for env in found["staged"]]
+    to_remove = [env["path"] for env in found["to_remove"]]
+    facts.update(envs_dir={"path": envs_dir, "state": found["state"]}, current_env=current_env, staged=staged,
+                 ignored=["%s (%s)" % (name, why) for name, why in found["ignored"]], reuse=found["reuse"],
+                 to_remove=to_remove, removed=[], gone=[], left=[])
+    pruning = p["state"] == "pruned"
+    if pruning and not module.check_mode:
+        try:
+            done = remove_envs(envs_dir, found["to_remove"])
+        except EnvsError as exc:
+            partial = exc.partial or {}
+            removed = partial.get("removed", [])
+            facts.update(removed=removed, gone=partial.get("gone", []))
+            module.fail_json(msg="%s. Removed before it: %s. The current and previous environments were not touched."
+                                 % (str(exc), ", ".join(removed) or "none"), changed=bool(removed), **facts)
+        facts.update(removed=done["removed"], gone=done["gone"],
+                     left=["%s (%s)" % (path, why) for path, why in done["left"]])
+        changed = bool(done["removed"])
+        msg = "removed %d of %d staged environment(s) in %s" % (len(done["removed"]), len(staged), envs_dir)
+        if done["gone"] or done["left"]:
+            msg += " (%d already gone, %d left alone: changed after the listing)" % (len(done["gone"]), len(done["left"]))
+        after = [path for path in staged if path not in done["removed"] and path not in done["gone"]]
+    elif pruning:
+        changed = bool(to_remove)
+        msg = "would remove %d of %d staged environment(s) in %s" % (len(to_remove), len(staged), envs_dir)
+        after = [path for path in staged if path not in to_remove]
+    else:
+        changed = False
+        msg = "%d staged environment(s) in %s; a cleanup keeping %d would remove %d" % (
+            len(staged), envs_dir, p["keep"], len(to_remove))
+        after = staged
+    if module._diff and pruning:
+        facts["diff"] = {"before": _lines(staged), "after": _lines(after),
+                         "before_header": "%s (staged environments)" % envs_dir,
+                         "after_header": "%s (staged environments)" % envs_dir}
+    module.exit_json(changed=changed, msg=msg, **facts)
+
+
+if __name__ == "__main__":
+    main()

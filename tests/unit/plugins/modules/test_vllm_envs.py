@@ -1,0 +1,253 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.vllm_envs, run in-process on real directories: reading, pruning, hostile names, races."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpufleet.vllm.plugins.module_utils import venvs
+from ansible_collections.gpufleet.vllm.plugins.modules import vllm_envs
+
+OLD = "vllm-0.31.0-20261001T000000Z"
+MID = "vllm-0.32.1-20261101T090000Z"
+NEW = "vllm-0.33.0-20261204T101500Z"
+LOCAL = "vllm-0.16.0rc2.dev344_gea5f903f8-20261120T120000Z"
+
+
+@pytest.fixture
+def run(capsys):
+    def _run(args, check=False, diff=False):
+        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=diff)):
+            with pytest.raises(SystemExit) as exc:
+                vllm_envs.main()
+        return exc.value.code, json.loads(capsys.readouterr().out)
+    return _run
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """envs/ with four staged environments; current -> NEW, previous -> OLD; an adopted venv outside."""
+    envs = tmp_path / "envs"
+    for name in (OLD, MID, NEW, LOCAL):
+        (envs / name / "bin").mkdir(parents=True)
+        (envs / name / "bin" / "python").write_text("")
+    (tmp_path / "ml-env").mkdir()
+    os.symlink(str(envs / NEW), str(tmp_path / "current"))
+    os.symlink(str(envs / OLD), str(tmp_path / "previous"))
+    args = {"envs_dir": str(envs), "current_link": str(tmp_path / "current"),
+            "previous_link": str(tmp_path / "previous"), "adopt_venv": str(tmp_path / "ml-env")}
+    return tmp_path, envs, args
+
+
+def names(paths):
+    return [os.path.basename(path) for path in paths]
+
+
+def test_reads_links_staged_newest_first_and_the_cleanup(run, fleet):
+    tmp, envs, args = fleet
+    code, res = run(dict(args, keep=1))
+    assert code == 0 and res["changed"] is False and res["check_mode"] is False
+    assert res["current"] == {"path": str(tmp / "current"), "exists": True, "is_link": True,
+                              "target": str(envs / NEW), "target_is_dir": True}
+    assert res["previous"]["target"] == str(envs / OLD)
+    assert res["current_env"] == str(envs / NEW)
+    assert names(res["staged"]) == [NEW, LOCAL, MID, OLD]
+    # NEW is current (and among the kept 1), OLD is previous: MID and LOCAL go
+    assert names(res["to_remove"]) == [LOCAL, MID]
+    assert res["removed"] == [] and sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL])
+    assert res["envs_dir"] == {"path": str(envs), "state": "directory"}
+
+
+def test_reuse_is_the_newest_of_the_target_other_than_the_current(run, fleet):
+    tmp, envs, args = fleet
+    (envs / "vllm-0.32.1-20261102T000000Z").mkdir()
+    assert run(dict(args, target_version="0.32.1"))[1]["reuse"] == str(envs / "vllm-0.32.1-20261102T000000Z")
+    # the current one is never the one to reuse
+    assert run(dict(args, target_version="0.33.0"))[1]["reuse"] == ""
+    # a local version's + is _ in the name
+    assert run(dict(args, target_version="0.16.0rc2.dev344+gea5f903f8"))[1]["reuse"] == str(envs / LOCAL)
+
+
+def test_adopted_venv_is_current_until_the_link_exists(run, fleet):
+    tmp, envs, args = fleet
+    os.unlink(str(tmp / "current"))
+    code, res = run(dict(args, keep=0))
+    assert code == 0
+    assert res["current"]["exists"] is False and res["current_env"] == str(tmp / "ml-env")
+    assert names(res["to_remove"]) == [NEW, LOCAL, MID]
+
+
+def test_prune_removes_only_what_it_listed_and_protects(run, fleet):
+    tmp, envs, args = fleet
+    code, res = run(dict(args, keep=0, protect=[str(envs / MID)], state="pruned"))
+    assert code == 0 and res["changed"] is True
+    assert names(res["removed"]) == [LOCAL]
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW])
+    assert (tmp / "ml-env").is_dir()
+    # a second run changes nothing
+    code, res = run(dict(args, keep=0, protect=[str(envs / MID)], state="pruned"))
+    assert code == 0 and res["changed"] is False and res["removed"] == []
+
+
+def test_check_mode_lists_and_removes_nothing_with_a_diff(run, fleet):
+    tmp, envs, args = fleet
+    code, res = run(dict(args, keep=1, state="pruned"), check=True, diff=True)
+    assert code == 0 and res["changed"] is True and res["check_mode"] is True
+    assert res["removed"] == [] and names(res["to_remove"]) == [LOCAL, MID]
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL])
+    assert str(envs / LOCAL) + "\n" in res["diff"]["before"]
+    assert res["diff"]["after"] == "%s\n%s\n" % (envs / NEW, envs / OLD)
+
+
+def test_envs_dir_through_a_link_protects_the_resolved_targets(run, fleet):
+    tmp, envs, args = fleet
+    # envs_dir given as a link to the real directory (a larger disk): the links point at the real paths
+    os.symlink(str(envs), str(tmp / "envs-link"))
+    code, res = run(dict(args, envs_dir=str(tmp / "envs-link"), keep=0, state="pruned"))
+    assert code == 0
+    assert names(res["removed"]) == [LOCAL, MID]
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, NEW])
+
+
+def test_hostile_names_are_never_removed_and_links_not_followed(run, fleet):
+    tmp, envs, args = fleet
+    victim = tmp / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+    os.symlink(str(victim), str(envs / "vllm-0.1.0-20200101T000000Z"))  # a link named like an environment
+    (envs / "vllm-0.1.1-20200101T000000Z").write_text("a file")            # a file named like one
+    hostile = ["vllm-0.1\n-20200101T000000Z", "vllm-0.1 x-20200101T000000Z", "vllmx-0.1-20200101T000000Z",
+               "vllm-0.1-20200101T000000Z\n", "other-0.1-20200101T000000Z", "vllm-0.1-2020010T000000Z"]
+    for name in hostile:
+        (envs / name).mkdir()
+    os.mkdir(os.path.join(str(envs).encode(), b"vllm-0.1\xff-20200101T000000Z"))
+    (envs / "vllm-..-20200101T000000Z").mkdir()  # one name, not a way up
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0, res
+    assert names(res["removed"]) == [LOCAL, MID, "vllm-..-20200101T000000Z"]
+    assert (victim / "keep.txt").read_text() == "precious"
+    assert os.path.islink(str(envs / "vllm-0.1.0-20200101T000000Z"))
+    assert sorted(res["ignored"]) == ["vllm-0.1.0-20200101T000000Z (a link)",
+                                      "vllm-0.1.1-20200101T000000Z (not a directory)"]
+    for name in hostile:
+        assert (envs / name).is_dir()
+    assert os.path.isdir(os.path.join(str(envs).encode(), b"vllm-0.1\xff-20200101T000000Z"))
+    assert (tmp / "ml-env").is_dir() and (envs / NEW).is_dir() and (envs / OLD).is_dir()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"envs_dir": "envs"}, "envs_dir must be an absolute path"),
+    ({"envs_dir": "/opt/vllm/../../etc"}, "envs_dir must not contain '..'"),
+    ({"envs_dir": "/"}, "envs_dir must not be /"),
+    ({"envs_dir": "/opt/vllm/envs\n/etc"}, "envs_dir must be one line of printable text"),
+    ({"package": "../../etc"}, "package must be a distribution name"),
+    ({"package": "vllm*"}, "package must be a distribution name"),
+    ({"keep": -1}, "keep must be 0 or more"),
+    ({"max_entries": 0}, "max_entries must be at least 1"),
+    ({"protect": ["relative"]}, "protect[0] must be an absolute path"),
+    ({"target_version": "0.33.0\r"}, "target_version must be one line of printable text"),
+])
+def test_bad_options_are_refused_before_anything_is_read(run, fleet, change, words):
+    tmp, envs, args = fleet
+    code, res = run(dict(dict(args, state="pruned", keep=0), **change))
+    assert code == 1 and words in res["msg"] and "nothing was changed" in res["msg"]
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL])
+
+
+def test_a_current_path_that_is_not_a_link_fails_in_words(run, fleet):
+    tmp, envs, args = fleet
+    os.unlink(str(tmp / "current"))
+    (tmp / "current").mkdir()
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 1
+    assert "exists but is not a symbolic link" in res["msg"] and "Nothing was changed" in res["msg"]
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL])
+
+
+def test_a_missing_envs_dir_is_no_error(run, fleet):
+    tmp, envs, args = fleet
+    code, res = run(dict(args, envs_dir=str(tmp / "none"), state="pruned"))
+    assert code == 0 and res["staged"] == [] and res["envs_dir"]["state"] == "absent" and res["changed"] is False
+
+
+def test_too_many_entries_fail_before_anything_goes(run, fleet):
+    tmp, envs, args = fleet
+    for index in range(20):
+        (envs / ("junk%d" % index)).write_text("")
+    code, res = run(dict(args, keep=0, state="pruned", max_entries=10))
+    assert code == 1 and "more than 10 entries (max_entries); nothing was removed" in res["msg"]
+    assert (envs / MID).is_dir() and (envs / LOCAL).is_dir()
+
+
+def _between_read_and_removal(monkeypatch, act):
+    real = venvs.read_envs
+
+    def read_then_act(*args, **kwargs):
+        found = real(*args, **kwargs)
+        act()
+        return found
+    monkeypatch.setattr(vllm_envs, "read_envs", read_then_act)
+
+
+def test_an_env_removed_by_someone_else_meanwhile_is_reported_gone(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+    import shutil
+    _between_read_and_removal(monkeypatch, lambda: shutil.rmtree(str(envs / MID)))
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0, res
+    assert names(res["removed"]) == [LOCAL] and names(res["gone"]) == [MID]
+    assert "1 already gone" in res["msg"]
+
+
+def test_an_env_swapped_for_a_link_meanwhile_is_left_and_not_followed(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+    victim = tmp / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("precious")
+
+    def swap():
+        os.rename(str(envs / MID), str(tmp / "moved"))
+        os.symlink(str(victim), str(envs / MID))
+    _between_read_and_removal(monkeypatch, swap)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0, res
+    assert names(res["removed"]) == [LOCAL]
+    assert res["left"] == ["%s (it became a link or a file after it was read; it was not followed)" % (envs / MID)]
+    assert (victim / "keep.txt").read_text() == "precious" and os.path.islink(str(envs / MID))
+
+
+def test_an_env_replaced_by_another_directory_meanwhile_is_left(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+
+    def replace():
+        os.rename(str(envs / MID), str(tmp / "moved"))
+        (envs / MID).mkdir()
+    _between_read_and_removal(monkeypatch, replace)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0
+    assert names(res["removed"]) == [LOCAL] and (envs / MID).is_dir()
+    assert "another directory took its name" in res["left"][0]
+
+
+def test_a_failed_removal_says_what_went_before_it(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+    real = venvs._rmtree
+
+    def rmtree(name, dir_fd, path):
+        if name == MID:
+            raise PermissionError(13, "Permission denied")
+        real(name, dir_fd, path)
+    monkeypatch.setattr(venvs, "_rmtree", rmtree)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 1
+    assert res["msg"].startswith("Could not remove '%s': Permission denied. Removed before it: %s." % (envs / MID, envs / LOCAL))
+    assert names(res["removed"]) == [LOCAL] and res["changed"] is True
+    assert (envs / MID).is_dir() and (envs / NEW).is_dir() and (envs / OLD).is_dir()

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The reinstall role's resolve and cleanup entry points, run by real Ansible on localhost.
+
+resolve: one resolution per request for a serial play (a fake uv on the
+control node counts its calls), every host of every batch given the same
+version. cleanup: a play with ``check_mode: true`` (not --check, so
+ansible_check_mode is false) removes nothing; a real run removes only what
+it listed, never the current or previous environment.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO, run_plays
+
+FAKE_UV = """#!/bin/sh
+echo call >> "{calls}"
+cat > /dev/null
+echo "vllm==0.33.$(wc -l < "{calls}" | tr -d ' ')"
+"""
+
+RESOLVE = """---
+- name: Resolve, serial
+  hosts: all
+  gather_facts: false
+  serial: 2
+  vars:
+    reinstall_resolve_uv: {uv}
+    reinstall_resolve_no_index: true
+    reinstall_resolve_find_links: [{out_dir}]
+  tasks:
+    - name: Resolve
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.reinstall
+        tasks_from: resolve
+
+- name: Write what each host got
+  hosts: h1
+  gather_facts: false
+  tasks:
+    - name: Versions
+      ansible.builtin.copy:
+        content: "{{{{ dict(groups['all'] | zip(groups['all'] | map('extract', hostvars, 'reinstall_target_version'))) | to_json }}}}"
+        dest: {out}
+        mode: "0600"
+"""
+
+
+def test_a_serial_play_resolves_once_and_every_batch_gets_that_version(tmp_path):
+    calls = tmp_path / "calls"
+    uv = tmp_path / "uv"
+    uv.write_text(FAKE_UV.format(calls=calls))
+    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+    inventory = tmp_path / "hosts"
+    inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
+    playbook = tmp_path / "serial.yml"
+    playbook.write_text(RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
+                                       out_dir=json.dumps(str(tmp_path))))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # three batches, one call of uv: the later batches took the first one's version
+    assert calls.read_text() == "call\n"
+    versions = json.loads((tmp_path / "versions.json").read_text())
+    assert versions == dict(("h%d" % n, "0.33.1") for n in range(1, 6))
+
+
+CLEANUP = """
+- name: Cleanup, {name}
+  hosts: localhost
+  gather_facts: false
+  check_mode: {check}
+  vars:
+    fleet_envs_dir: {envs}
+    fleet_current_link: {current}
+    fleet_previous_link: {previous}
+    reinstall_keep: 0
+  tasks:
+    - name: Clean up
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.reinstall
+        tasks_from: cleanup
+    - name: Keep what it chose
+      ansible.builtin.set_fact:
+        errors: "{{{{ errors | default({{}}) | combine({{'{name}': reinstall_cleanup_remove}}) }}}}"
+"""
+
+
+@pytest.fixture
+def envs(tmp_path):
+    envs = tmp_path / "envs"
+    names = ["vllm-0.31.0-20261001T000000Z", "vllm-0.32.1-20261101T090000Z", "vllm-0.33.0-20261204T101500Z"]
+    for name in names:
+        (envs / name).mkdir(parents=True)
+    os.symlink(str(envs / names[2]), str(tmp_path / "current"))
+    os.symlink(str(envs / names[0]), str(tmp_path / "previous"))
+    return tmp_path, envs, names
+
+
+def _cleanup(tmp, envs, name, check):
+    return CLEANUP.format(name=name, check=json.dumps(check), envs=json.dumps(str(envs)),
+                          current=json.dumps(str(tmp / "current")), previous=json.dumps(str(tmp / "previous")))
+
+
+def test_cleanup_in_a_check_mode_play_removes_nothing_then_a_real_one_removes_what_it_listed(envs):
+    tmp, envs_dir, names = envs
+    out = tmp / "out"
+    out.mkdir()
+    found = run_plays(_cleanup(tmp, envs_dir, "check", True), str(out))
+    assert found == {"check": [str(envs_dir / names[1])]}
+    assert sorted(os.listdir(str(envs_dir))) == sorted(names)
+    found = run_plays(_cleanup(tmp, envs_dir, "real", False), str(out))
+    assert found == {"real": [str(envs_dir / names[1])]}
+    assert sorted(os.listdir(str(envs_dir))) == [names[0], names[2]]
