@@ -139,6 +139,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (nothing written on the control node).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 markdown:
   description: Path of the Markdown report.
   returned: always
@@ -374,6 +382,7 @@ def main():
     if module._diff and markdown is not None:
         result['diff'] = dict(before_header=md_path, after_header=md_path,
                               before=(before_md or b'').decode('utf-8', 'replace'), after=markdown)
+    result['check_mode'] = module.check_mode
     module.exit_json(**result)
 
 

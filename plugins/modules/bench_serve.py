@@ -186,6 +186,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (the server was checked once, nothing was measured).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 levels:
   description: One entry per level that ran, in order; the last one is the failed level when RV(failure) is set.
   returned: always
@@ -355,7 +363,7 @@ def main():
 
     server = check_server(params, once=module.check_mode)
     result = dict(changed=False, levels=[], files={}, failure=None, failed_concurrency=None, bench_seconds=0.0,
-                  server=server)
+                  server=server, check_mode=module.check_mode)
     if module.check_mode:
         result['levels'] = [dict(concurrency=level, num_prompts=count,
                                  argv=bench_sweep.level_argv(settings, level, count), rc=None, seconds=0.0,

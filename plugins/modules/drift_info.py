@@ -302,6 +302,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it reads only, in check mode as in a real run).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 changed:
   description: Always V(false).
   returned: always
@@ -645,6 +653,7 @@ def main():
         module.fail_json(**safe_result(dict(
             msg="gpufleet.vllm.drift_info stopped on an unexpected error (%s: %s); nothing was changed, and no row "
                 "could be made for this host." % (type(exc).__name__, exc), changed=False)))
+    result['check_mode'] = module.check_mode
     module.exit_json(**safe_result(result))
 
 

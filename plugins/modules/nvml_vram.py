@@ -144,6 +144,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it reads only).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 changed:
   description: Always V(false); the module only reads.
   returned: always
@@ -380,6 +388,7 @@ def main():
 
     result = collect_bounded(expect=expect, timeout=params["timeout"], interval=params["interval"],
                              call_timeout=params["call_timeout"])
+    result["check_mode"] = module.check_mode
     if params["register_facts"]:
         result["ansible_facts"] = {"gpufleet_gpus": gpu_facts(result)}
 

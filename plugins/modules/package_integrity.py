@@ -185,6 +185,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it reads only).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 pristine:
   description: True when every RECORD entry matched and nothing unowned, outside or malformed was found.
   returned: always
@@ -399,6 +407,7 @@ def main():
                                        "(the check only reads)." % (params["name"], type(exc).__name__, exc)), changed=False)
 
     result["changed"] = False
+    result["check_mode"] = module.check_mode
     if params["fail_on_drift"] and not result["pristine"]:
         result["msg"] += " (fail_on_drift is true; set it to false to only report.)"
         module.fail_json(**result)

@@ -64,6 +64,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (nothing written on the control node).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 lines:
   description: The report's path, the batches, then one line per host (as P(gpufleet.vllm.rollout_line#filter) writes it).
   returned: always
@@ -121,7 +129,7 @@ def main():
                              % (path, to_native(exc)), lines=lines, files=files,
                              failed_hosts=rollout_report.failed_hosts(rows))
     # a report is a new file on the control node each run, not a change to the fleet
-    module.exit_json(changed=False, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
+    module.exit_json(changed=False, check_mode=module.check_mode, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
                      benchmark_report=benchmark_report)
 
 

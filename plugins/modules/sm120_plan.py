@@ -125,6 +125,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it decides only; nothing is written).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 policy:
   description: V(keep), V(strip) (forced) or V(auto) (where a GPU reports compute capability 12.x).
   returned: always
@@ -222,6 +230,7 @@ def main():
     if params["plans"] is not None:
         result["result"] = summarize(decision, params["force"], module.check_mode, params["plans"], params["applied"])
         result["lines"] = report_lines(result["result"])
+    result['check_mode'] = module.check_mode
     module.exit_json(**result)
 
 

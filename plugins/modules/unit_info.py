@@ -84,6 +84,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it reads only, in check mode as in a real run).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 unit:
   description: The full name of the unit that was read (with its type suffix).
   returned: always
@@ -182,7 +190,7 @@ def main():
     except SystemdError as exc:
         module.fail_json(msg="Cannot read the state of %s: %s. Nothing was changed." % (unit, exc),
                          changed=False, unit=unit)
-    module.exit_json(changed=False, **state.as_result())
+    module.exit_json(changed=False, check_mode=module.check_mode, **state.as_result())
 
 
 if __name__ == "__main__":

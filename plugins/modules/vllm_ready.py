@@ -138,6 +138,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (the server was asked once, without waiting).
+      Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
+      variable is false. Roles decide from this, not from that variable.
+  returned: success
+  type: bool
+  sample: false
 changed:
   description: Always V(false); the module only reads.
   returned: always
@@ -329,6 +337,7 @@ def main():
     result.pop("timeout", None)
     result.pop("once", None)
     result["changed"] = False
+    result["check_mode"] = module.check_mode
     if unit and systemctl:
         result["unit_state"] = unit_state(bounded.runner(params["journal_timeout"]), systemctl, unit)
         if result["ready"]:
