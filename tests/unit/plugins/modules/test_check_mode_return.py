@@ -31,14 +31,7 @@ def test_the_modules_are_found():
     assert len(MODULES) >= 13
 
 
-# free_space gets its check_mode on another branch of the same change; drop this when both are in
-PENDING = ("free_space",)
-
-
-CHECKED = [p for p in MODULES if os.path.basename(p)[:-3] not in PENDING]
-
-
-@pytest.mark.parametrize("path", CHECKED, ids=[os.path.basename(p)[:-3] for p in CHECKED])
+@pytest.mark.parametrize("path", MODULES, ids=[os.path.basename(p)[:-3] for p in MODULES])
 def test_check_mode_is_documented_and_set_from_the_module(path):
     returned = _doc(path, "RETURN")
     assert "check_mode" in returned, "RETURN of %s does not document check_mode" % os.path.basename(path)
