@@ -347,10 +347,10 @@ elapsed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import DEFAULT_PATTERNS
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
 
 
 def main():
