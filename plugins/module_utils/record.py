@@ -416,8 +416,12 @@ class Owners:
                 continue
             if not full_path.startswith(real_site + os.sep):
                 continue
-            # The file name's own bytes (surrogate escapes stand for them), as RECORD holds them.
-            pos = _find_row(text, full_path[len(real_site) + 1:].replace(os.sep, "/").encode("utf-8", "surrogateescape"))
+            # RECORD bytes hold a file name's own bytes (surrogate escapes stand for them in the path)
+            try:
+                rel = full_path[len(real_site) + 1:].replace(os.sep, "/").encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                continue        # no file name on disk, so in no RECORD
+            pos = _find_row(text, rel)
             if pos is None:
                 continue
             end = text.find(b"\n", pos)

@@ -83,8 +83,8 @@ def test_skipped_distribution_and_non_utf8_names(tmp_path):
         ("other-1.dist-info", raw_name + b",sha256=RAW,1\nhook.pth,sha256=OTHER,1\n"),
     ])
     skip = [os.path.join(os.path.realpath(site), "mine-1.dist-info")]
-    got = lookup_all(site, ["hook.pth", os.fsdecode(raw_name)], skip)
-    assert got == [("other-1.dist-info", "sha256=OTHER"), ("other-1.dist-info", "sha256=RAW")]
+    got = lookup_all(site, ["hook.pth", os.fsdecode(raw_name), "lone\ud800.pth"], skip)
+    assert got == [("other-1.dist-info", "sha256=OTHER"), ("other-1.dist-info", "sha256=RAW"), None]
 
 
 def test_index_after_many_lookups_agrees_with_the_search(tmp_path):
