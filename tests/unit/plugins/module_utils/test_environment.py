@@ -92,7 +92,7 @@ def make_venv(path):
 
 def ask(python):
     """What the probe answers (the interpreter run with -I -S), as the default runner runs it."""
-    return environment.locate_environment(python=python, run_command=lambda argv: environment._default_run(argv))
+    return environment.locate_environment(python=python, run_command=environment._default_run)
 
 
 @pytest.fixture
