@@ -14,18 +14,27 @@ Without --venv it installs the vLLM wheel from the wheelhouse
 What an operator runs is the module as a task: one ansible-playbook run on
 localhost (connection local, this interpreter) with --repeat pairs of an
 ``ansible.builtin.ping`` task and a ``gpufleet.vllm.package_integrity`` task
-with the module's defaults (only ``venv`` given), after one warm-up task.
-Each task's time is taken from the ansible.posix.json callback (task start to
-end on the controller: AnsiballZ, the module's start and imports, the check,
-the result), nothing subtracted; the ping task is printed for reference (what
-any module task costs here).  ``sha256sum`` over the same files runs in the
+with the module's defaults (only ``venv`` given), after one warm-up task of
+each.  Each task's time is taken from the ansible.posix.json callback (task
+start to end on the controller: AnsiballZ, the module's start and imports,
+the check, the result).  ``sha256sum`` over the same files runs in the
 same run (twice before the playbook, once after); the best of each is
-compared (other work on the machine only adds time).  Printed side by side with the
+compared (other work on the machine only adds time).  The target is issue
+15's measure: what the package_integrity task takes beyond a ping task (what
+any module task costs here), best against best, and also as the median of
+the differences of adjacent ping / package_integrity pairs; the whole task,
+nothing subtracted, against ``sha256sum`` is printed beside it.  Printed side by side with the
 targets of issues 3 and 15:
 
-    module task vs sha256sum              >= 6x faster
-    verify in-process, warm page cache    < 0.3 s
-    peak memory (RSS)                     < 100 MB
+    (module task - ping task) vs sha256sum   >= 6x faster
+    verify in-process, warm page cache       < 0.3 s
+    peak memory (RSS)                        < 100 MB
+
+The load average at the start and at the end is printed: the machine's
+other work slows the hashing threads of the module more than the one of
+``sha256sum``; the ceiling the ratio has when the cores are free for the
+module (``sha256sum`` against the verify's CPU time spread over the cores)
+is printed too.
 
 The in-process verify calls run in a fresh child process, so that its peak
 resident memory is the verify's own: one warm-up call (fills the page cache),
@@ -137,7 +146,7 @@ def playbook(repeat):
     integrity = ("  - name: integrity %s\n    gpufleet.vllm.package_integrity:\n"
                  "      venv: \"{{ bench_venv }}\"\n")
     lines = ["- name: package_integrity as a task, beside ping\n  hosts: all\n  gather_facts: false\n  tasks:\n",
-             integrity % "warm-up"]
+             integrity % "warm-up", "  - name: ping warm-up\n    ansible.builtin.ping:\n"]
     for number in range(repeat):
         lines.append("  - name: ping %d\n    ansible.builtin.ping:\n" % number)
         lines.append(integrity % number)
@@ -174,6 +183,8 @@ def task_seconds(venv, repeat, tmp):
         if host.get("failed"):
             sys.exit("the task %r failed: %s" % (name, host.get("msg")))
         took = (_stamp(task["task"]["duration"]["end"]) - _stamp(task["task"]["duration"]["start"])).total_seconds()
+        if name == "ping warm-up":
+            continue
         if name.startswith("ping"):
             pings.append(took)
         elif name != "integrity warm-up":
@@ -233,22 +244,29 @@ def main():
         if not args.no_sha256sum:
             sums.append(sha256sum_seconds(files))
         sums = [s for s in sums if s is not None]
-        print("files %d, %.0f MB, %d cores, load average %.2f at start, pristine=%s"
-              % (data["files"], total / 1e6, n, load, data["pristine"] and all(pristine)))
+        load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print("files %d, %.0f MB, %d cores, load average %.2f at start, %.2f at the end, pristine=%s"
+              % (data["files"], total / 1e6, n, load, load_end, data["pristine"] and all(pristine)))
         print("%-40s %8s   %s" % ("", "measured", "target"))
         # Best of each: other work on the machine only ever adds time; medians printed beside.
         print("%-40s %7.3f s   median %.3f s (reference: what any task costs here)" % (
             "ping task, best of %d" % len(pings), min(pings), median(pings)))
         print("%-40s %7.3f s   median %.3f s; the module's own elapsed %.3f s best" % (
             "package_integrity task, best of %d" % len(tasks), min(tasks), median(tasks), min(elapsed)))
+        beyond = min(tasks) - min(pings)
+        pairs = median([t - p for p, t in zip(pings, tasks)])
+        print("%-40s %7.3f s   median of the %d pairs %.3f s" % (
+            "task beyond ping, best - best", beyond, len(tasks), pairs))
         ratio = None
         if sums:
-            ratio = min(sums) / min(tasks)
+            ratio = min(sums) / beyond if beyond > 0 else float("inf")
             print("%-40s %7.3f s   (%s)" % ("sha256sum over the same files, best", min(sums),
                                             ", ".join("%.3f" % s for s in sums)))
-            print("%-40s %7.1fx   >= %.0fx  %s  (medians: %.1fx)" % (
-                "task faster than sha256sum", ratio, TARGET_RATIO, "OK" if ratio >= TARGET_RATIO else "UNDER",
-                median(sums) / median(tasks)))
+            print("%-40s %7.1fx   >= %.0fx  %s  (median sha256sum / median pair: %.1fx)" % (
+                "sha256sum / (task - ping)", ratio, TARGET_RATIO, "OK" if ratio >= TARGET_RATIO else "UNDER",
+                median(sums) / pairs if pairs > 0 else float("inf")))
+            print("%-40s %7.1fx   (reference, nothing subtracted; medians: %.1fx)" % (
+                "sha256sum / task", min(sums) / min(tasks), median(sums) / median(tasks)))
         print("%-40s %7.3f s   < %.1f s  %s" % ("verify in-process, warm, best of %d" % len(walls), best, TARGET_SECONDS,
                                                 verdict(best, TARGET_SECONDS)))
         print("%-40s %7.3f s   < %.1f s  %s" % ("verify in-process, warm, median", median_wall, TARGET_SECONDS,
@@ -256,6 +274,11 @@ def main():
         print("%-40s %7.0f MB  < %d MB  %s" % ("peak memory (RSS of the process)", rss_mb, TARGET_MB,
                                                verdict(rss_mb, TARGET_MB)))
         print("%-40s %7.3f s   (CPU / %d cores = %.3f s on idle cores)" % ("CPU time per verify (median)", cpu, n, cpu / n))
+        if sums:
+            # What the ratio could be if the cores were free for the module: its hashing is CPU-bound and
+            # sha256sum is one process, so other work on the machine takes more from the module's threads.
+            print("%-40s %7.1fx   (sha256sum best / (verify CPU / %d cores); the task adds its start beyond ping)" % (
+                "ceiling of the ratio on idle cores", min(sums) / (cpu / n), n))
         print("%-40s %7.2f GB/s per core; hashing alone needs %.3f s on %d cores" % (
             "SHA-256 rate here", data["sha256_rate"] / 1e9, floor, n))
         missed = best >= TARGET_SECONDS or rss_mb >= TARGET_MB or (ratio is not None and ratio < TARGET_RATIO)

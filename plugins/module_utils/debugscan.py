@@ -37,17 +37,8 @@ __metaclass__ = type
 import ast
 import re
 
-#: The literal patterns the operators grepped for on the reference host.
-DEFAULT_PATTERNS = (
-    "torch.save",
-    "_t2.save",
-    "_t.save",
-    "NOMLA_SAVE",
-    "embed_debug",
-    "_nomla_debug",
-    "_embed_debug_saved",
-    "_nomla_class_saved",
-)
+# The literal patterns the operators grepped for on the reference host (defined apart, re-exported here).
+from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
 
 #: Canonical call name -> finding kind.
 DUMP_CALLS = {

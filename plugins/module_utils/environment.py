@@ -5,10 +5,11 @@
 
 """Where a Python environment keeps its packages and scripts.
 
-:func:`locate_environment` takes exactly one of an interpreter (asked with
-``-I -S``, so none of the target environment's site hooks run, and killed
-after a timeout), a virtual environment or a site-packages directory, and
-returns an :class:`Environment`: its site directories and ``bin/``.
+:func:`locate_environment` takes exactly one of an interpreter (read from
+its venv's files when they leave no doubt, :func:`venv_of_interpreter`, else
+asked with ``-I -S``, so none of the target environment's site hooks run, and
+killed after a timeout), a virtual environment or a site-packages directory,
+and returns an :class:`Environment`: its site directories and ``bin/``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,9 +17,10 @@ __metaclass__ = type
 
 import json
 import os
+import re
 import subprocess
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, read_small
 
 #: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
 #: (``.pth`` files, sitecustomize) run, so the venv is found from its
@@ -44,6 +46,9 @@ _PROBE = ("import json, os, site, sys, sysconfig\n"
 #: Seconds the target interpreter may take to answer (the python option).
 PROBE_TIMEOUT = 30
 _PROBE_OUTPUT_LIMIT = 1 << 20
+#: The most of a pyvenv.cfg that is read (a real one is a few hundred bytes).
+_PYVENV_CFG_LIMIT = 1 << 16
+_PYVENV_VERSION = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})(\.[0-9]{1,4})?\Z")
 
 
 # ---------------------------------------------------------------------------
@@ -121,6 +126,68 @@ def parse_probe(python, rc, out, err):
                        "python:%s" % python, data.get("version"))
 
 
+def venv_of_interpreter(python):
+    """The :class:`Environment` of the venv interpreter ``python``, read from
+    the venv's files without running anything, or None when they leave any
+    doubt (then the interpreter is asked, :func:`probe_argv`).
+
+    No doubt means: a ``pyvenv.cfg`` beside the interpreter or one directory
+    up (where the interpreter itself, and the probe, look for it) gives one
+    version X.Y (``version`` or ``version_info``); the interpreter, its links
+    resolved, is a file named ``pythonX.Y``; the venv's only ``lib*``
+    entries are ``lib`` and ``lib64``, ``lib`` holds exactly one ``python*``
+    entry, ``pythonX.Y``, with a ``site-packages`` directory, and ``lib64``
+    holds no other one (it is usually a link to ``lib``).  Then the probe
+    would answer the same: site-packages ``<venv>/lib/pythonX.Y/site-packages``
+    (the venv scheme, and posix_prefix before Python 3.11), scripts
+    ``<venv>/bin``.
+    """
+    here = os.path.dirname(os.path.abspath(python))
+    prefix = None
+    for candidate in (here, os.path.dirname(here)):
+        if os.path.isfile(os.path.join(candidate, "pyvenv.cfg")):
+            prefix = candidate
+            break
+    if prefix is None:
+        return None
+    data = read_small(os.path.join(prefix, "pyvenv.cfg"), _PYVENV_CFG_LIMIT + 1)
+    if data is None or len(data) > _PYVENV_CFG_LIMIT:
+        return None
+    versions = set()
+    for line in data.decode("utf-8", "replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() in ("version", "version_info"):
+            match = _PYVENV_VERSION.match(value.strip())
+            if match is None:
+                return None
+            versions.add((match.group(1) + "." + match.group(2), value.strip()))
+    if len(set(v[0] for v in versions)) != 1:
+        return None
+    short, full = sorted(versions)[-1]
+    real = os.path.realpath(python)
+    if os.path.basename(real) != "python" + short or not os.path.isfile(real):
+        return None
+    try:
+        libs = [name for name in os.listdir(prefix) if name.startswith("lib")]
+        in_lib = [name for name in os.listdir(os.path.join(prefix, "lib")) if name.startswith("python")]
+    except OSError:
+        return None
+    site = os.path.join(prefix, "lib", "python" + short, "site-packages")
+    if not set(libs) <= set(("lib", "lib64")) or in_lib != ["python" + short] or not os.path.isdir(site):
+        return None
+    if "lib64" in libs:
+        lib64 = os.path.join(prefix, "lib64")
+        try:
+            in_lib64 = [name for name in os.listdir(lib64) if name.startswith("python")]
+        except OSError:
+            return None
+        if in_lib64 and (in_lib64 != ["python" + short]
+                         or os.path.realpath(os.path.join(lib64, in_lib64[0])) != os.path.realpath(os.path.dirname(site))):
+            return None
+    return Environment([site], os.path.join(prefix, "bin"), prefix, "python:%s" % python,
+                       full if full.count(".") == 2 else None)
+
+
 def venv_site_dirs(venv):
     """The site-packages directories of a venv (lib and lib64, each pythonX.Y), links counted once."""
     found = []
@@ -155,10 +222,12 @@ def _guess_scripts_dir(site_packages):
 def locate_environment(python=None, venv=None, site_packages=None, run_command=None, timeout=PROBE_TIMEOUT):
     """Find site-packages and ``bin/`` from exactly one of the three inputs.
 
-    ``python`` is run as a list-argument subprocess (``run_command(argv) ->
-    (rc, stdout, stderr)``; default :func:`subprocess.run`) so the target
-    interpreter may differ from the one running this code.  It is killed
-    after ``timeout`` seconds.
+    ``python`` of a venv whose files leave no doubt is not run at all
+    (:func:`venv_of_interpreter`); otherwise it is run as a list-argument
+    subprocess (``run_command(argv) -> (rc, stdout, stderr)``; default
+    :func:`bounded.run_bounded`) so the target interpreter may differ from
+    the one running this code.  It is killed after ``timeout`` seconds.  A
+    caller that gives ``run_command`` always gets the interpreter asked.
     """
     given = [n for n, v in (("python", python), ("venv", venv), ("site_packages", site_packages)) if v]
     if len(given) != 1:
@@ -170,6 +239,10 @@ def locate_environment(python=None, venv=None, site_packages=None, run_command=N
                 "The Python interpreter %s does not exist or is not executable on this host. "
                 "Point python at the environment's interpreter (for example /root/ml-env/bin/python)."
                 % python)
+        if run_command is None:
+            located = venv_of_interpreter(python)
+            if located is not None:
+                return located
         try:
             if run_command is None:
                 rc, out, err = _default_run(probe_argv(python), timeout)

@@ -68,10 +68,6 @@ import re
 import stat
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import (
-    DEFAULT_PATTERNS,
-    explain,
-)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import (
     locate_environment,
 )
@@ -100,6 +96,9 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
     read_record,
     read_small,
     safe_text,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import (
+    DEFAULT_PATTERNS,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.uvtaint import (
     default_uv_cache_dirs,
@@ -420,6 +419,9 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
                       diff_max_bytes, already, deadline)
 
     # -- explanations -----------------------------------------------------
+    if rescan:
+        # imported here: the syntax-tree scan is needed only when a file changed (AnsiballZ still ships it)
+        from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import explain
     findings = []
     total = 0
     explained = 0

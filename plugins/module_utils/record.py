@@ -108,17 +108,24 @@ def read_regular(path, limit):
     link in the last component and never blocking on a FIFO; OSError else."""
     fd = os.open(path, O_READ)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(21, "not a regular file", path)
         chunks = []
         left = limit
+        # The first read is sized by the file (plus one byte, to see the end):
+        # one buffer of the file's size, not a CHUNK for a small file nor
+        # CHUNKs joined for a large one; a file that grows meanwhile is read
+        # on in CHUNK reads, up to ``limit``.
+        want = st.st_size + 1
         while left > 0:
-            chunk = os.read(fd, min(left, CHUNK))
+            chunk = os.read(fd, min(left, want))
+            want = CHUNK
             if not chunk:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
@@ -357,7 +364,9 @@ class Owners:
                 if entry.endswith(".dist-info"):
                     data = read_small(os.path.join(meta, "RECORD"), 64 << 20)
                     if data:
-                        records.append((entry, real_site, meta, "record", "\n" + data.decode("utf-8", "surrogateescape")))
+                        # kept as bytes: a look-up searches the bytes (decoding every RECORD of a large
+                        # environment, megabytes, costs more than the few look-ups it serves)
+                        records.append((entry, real_site, meta, "record", data))
                 elif entry.endswith(".egg-info"):
                     data = read_small(os.path.join(meta, "installed-files.txt"), 64 << 20)
                     if data:
@@ -374,7 +383,7 @@ class Owners:
                         index.setdefault(os.path.normpath(os.path.join(meta, line)), (entry, None))
                 continue
             try:
-                for row in csv.reader(io.StringIO(text[1:], newline="")):
+                for row in csv.reader(io.StringIO(text.decode("utf-8", "surrogateescape"), newline="")):
                     if row and row[0]:
                         full = os.path.normpath(os.path.join(real_site, row[0]))
                         index.setdefault(full, (entry, row[1] if len(row) > 1 else None))
@@ -401,14 +410,38 @@ class Owners:
                 continue
             if not full_path.startswith(real_site + os.sep):
                 continue
-            rel = full_path[len(real_site) + 1:].replace(os.sep, "/")
-            for needle in ("\n" + rel + ",", "\n\"" + rel + "\","):
-                pos = text.find(needle)
-                if pos >= 0:
-                    line = text[pos + 1:].split("\n", 1)[0]
-                    try:
-                        row = next(csv.reader([line]))
-                    except (csv.Error, StopIteration):
-                        return entry, None
-                    return entry, (row[1] if len(row) > 1 else None)
+            # RECORD bytes hold a file name's own bytes (surrogate escapes stand for them in the path)
+            try:
+                rel = full_path[len(real_site) + 1:].replace(os.sep, "/").encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                continue        # no file name on disk, so in no RECORD
+            pos = _find_row(text, rel)
+            if pos is None:
+                continue
+            end = text.find(b"\n", pos)
+            line = text[pos:end if end >= 0 else len(text)].decode("utf-8", "surrogateescape")
+            try:
+                row = next(csv.reader([line]))
+            except (csv.Error, StopIteration):
+                return entry, None
+            return entry, (row[1] if len(row) > 1 else None)
         return None
+
+
+def _find_row(data, rel):
+    """Where the first line of RECORD ``data`` that starts with the path ``rel``
+    (``rel,``) starts, else the first that starts with it quoted (``"rel",``);
+    None when neither is there.  One pass over the data."""
+    quoted = None
+    start = 0
+    while True:
+        pos = data.find(rel, start)
+        if pos < 0:
+            return quoted
+        start = pos + 1
+        after = pos + len(rel)
+        if data[after:after + 1] == b"," and (pos == 0 or data[pos - 1:pos] == b"\n"):
+            return pos
+        if quoted is None and data[after:after + 2] == b'",' and (
+                pos == 1 or (pos > 1 and data[pos - 2:pos] == b'\n"')) and data[pos - 1:pos] == b'"':
+            quoted = pos - 1

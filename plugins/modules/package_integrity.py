@@ -45,12 +45,16 @@ options:
     default: vllm
   python:
     description:
-      - The Python interpreter of the target environment, for example C(/root/ml-env/bin/python). It is run once
-        (without a shell) to ask for its site-packages and scripts directories, so it may differ from the
-        interpreter Ansible runs this module with.
-      - It runs with C(-I -S), so none of the environment's start-up hooks (C(.pth) files, C(sitecustomize),
-        C(usercustomize)) runs as the user of the module; a virtual environment is recognised by its C(pyvenv.cfg).
-        It is stopped after O(python_timeout) seconds and the task fails saying so.
+      - The Python interpreter of the target environment, for example C(/root/ml-env/bin/python). It may differ
+        from the interpreter Ansible runs this module with.
+      - When it is the interpreter of a virtual environment whose files leave no doubt, its site-packages and
+        scripts directories are read from them and nothing is run. No doubt means a C(pyvenv.cfg) beside it or one
+        directory up that gives one version X.Y, the interpreter (links resolved) a file named C(pythonX.Y), and in
+        the environment one C(lib/pythonX.Y/site-packages) directory and no other C(lib*/python*) one.
+      - Otherwise it is run once (without a shell) to ask for them, with C(-I -S), so none of the environment's
+        start-up hooks (C(.pth) files, C(sitecustomize), C(usercustomize)) runs as the user of the module; a
+        virtual environment is recognised by its C(pyvenv.cfg). It is stopped after O(python_timeout) seconds and
+        the task fails saying so.
       - Exactly one of O(python), O(venv) and O(site_packages) is required.
     type: path
   python_timeout:
@@ -355,10 +359,10 @@ elapsed:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import DEFAULT_PATTERNS
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
 
 
 def main():

@@ -207,6 +207,33 @@ def test_pristine_install_is_pristine(env):
     assert "is pristine: %d files" % env.files in result["msg"]
 
 
+_IMPORTS_PROBE = r"""
+import json, sys
+from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity  # the module's own imports
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+before = "ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan" in sys.modules
+result = verify(venv=sys.argv[1], dist_name="demo", uv_cache_dirs=[])
+after = "ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan" in sys.modules
+print(json.dumps([before, after, result["pristine"], [f["kind"] for f in result["findings"]]]))
+"""
+
+
+def test_syntax_tree_scan_is_loaded_only_when_a_file_changed(env):
+    """A clean run does not import (inside AnsiballZ: compile) debugscan; a run with a changed file does and explains it."""
+    import json
+
+    def probe():
+        out = subprocess.run([sys.executable, "-c", _IMPORTS_PROBE, env.root], stdout=subprocess.PIPE, check=True,
+                             env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+                             timeout=120).stdout
+        return json.loads(out.decode().strip().splitlines()[-1])
+
+    assert probe() == [False, False, True, []]
+    with open(os.path.join(env.site, "demo", "sub", "debug_hook.py"), "w") as handle:
+        handle.write("import pickle as p\n\ndef hook(o):\n    p.dump(o, open('/tmp/o.pkl', 'wb'))\n")
+    assert probe() == [False, True, False, ["object_dump"]]
+
+
 def test_pristine_file_with_grep_strings_is_no_failure(env):
     # core.py holds "torch.save" and "kv_b_proj": patterns explain, never decide.
     result = run(env, patterns=["torch.save", "kv_b_proj"])

@@ -83,6 +83,26 @@ def test_probe_runs_no_pth_hook_and_still_finds_the_venv(tmp_path, base):
     assert os.path.realpath(located.root) == os.path.realpath(root)
 
 
+def test_probe_of_a_venv_whose_layout_leaves_doubt_runs_no_pth_hook(tmp_path, monkeypatch):
+    """The files of this venv leave doubt (a second lib/python* directory), so the interpreter is asked: still -I -S."""
+    root, python, site = make_venv(tmp_path / "venv")
+    os.makedirs(os.path.join(root, "lib", "python3.0", "site-packages"))
+    marker = tmp_path / "pwned"
+    with open(os.path.join(site, "evil.pth"), "w") as handle:
+        handle.write("import pathlib; pathlib.Path(%r).write_text('ran')\n" % str(marker))
+    subprocess.run([python, "-c", "pass"], check=True, timeout=60)
+    assert marker.exists()
+    marker.unlink()
+    asked = []
+    real = environment._default_run
+    monkeypatch.setattr(environment, "_default_run", lambda argv, timeout=30: asked.append(argv) or real(argv, timeout))
+
+    located = environment.locate_environment(python=python)
+    assert len(asked) == 1, "the probe was not run"
+    assert not marker.exists(), "the probe ran the environment's .pth hook"
+    assert os.path.realpath(located.site_dirs[0]) == os.path.realpath(site)
+
+
 def test_probe_of_a_sleeping_pth_does_not_hang(tmp_path):
     root, python, site = make_venv(tmp_path / "venv")
     with open(os.path.join(site, "slow.pth"), "w") as handle:
