@@ -75,9 +75,3 @@ def test_too_many_files_or_bytes_are_refused_unwritten(run, tmp_path):
     rc, result = run({"path": str(tmp_path / "r"), "files": files, "max_bytes": 2 * len(DIFF)})
     assert rc == 1 and "more than max_bytes" in result["msg"]
     assert not (tmp_path / "r").exists()
-
-
-def test_odd_bytes_in_a_diff_are_written_as_escapes(run, tmp_path):
-    content = b"+ name \xff\n".decode("utf-8", "surrogateescape")
-    rc, result = run({"path": str(tmp_path), "files": [{"file": "x.diff", "content": content}]})
-    assert rc == 0 and (tmp_path / "x.diff").read_text() == "+ name \\xff\n"
