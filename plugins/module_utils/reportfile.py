@@ -22,7 +22,8 @@ def write_atomic(module, path, data, mode=0o644):
     """Write DATA (text, as UTF-8, or bytes) to PATH in one step; its directory must exist."""
     if not isinstance(data, bytes):
         data = data.encode("utf-8")
-    handle, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=os.path.dirname(path) or ".")
+    # a short fixed prefix: any name the file system takes for PATH fits the temporary name too
+    handle, tmp = tempfile.mkstemp(prefix=".gpufleet-tmp-", dir=os.path.dirname(path) or ".")
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(data)

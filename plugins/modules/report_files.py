@@ -16,9 +16,11 @@ description:
   - Writes each file of O(files) below O(path), creating the directories between, each file atomically (a temporary
     file renamed over it), in one module run; the audit and the rollout write the diffs of the modified vLLM files
     (P(gpufleet.vllm.drift_diff_files#filter)) with one task, not one task result per file.
-  - Every relative path is checked before anything is written; a path that is absolute, empty, holds C(.), C(..), an
-    empty part, a control character or a part longer than 255 bytes is refused, and so is a path below a symbolic
-    link, so nothing is written outside O(path).
+  - Every relative path is checked before anything is written (in check mode too); a path that is absolute, empty,
+    holds C(.), C(..), an empty part, a control character or a part longer than 255 bytes is refused, and so is a path
+    below a symbolic link or a file, over a directory, or given twice (or as a file and as a directory of another
+    file), so nothing is written outside O(path) and no file of the run hides another. Each file is checked again
+    just before it is written.
   - The run is bounded by O(max_files) and O(max_bytes), checked before anything is written.
 options:
   path:
@@ -105,12 +107,26 @@ def path_problem(relative):
     return None
 
 
-def _below_a_link(base, relative):
+def tree_problem(base, relative, planned_dirs, planned_files):
+    """Why RELATIVE cannot be written below BASE as it is now, given the files before it in this run, or None."""
+    parts = relative.split("/")
     here = base
-    for part in relative.split("/")[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         here = os.path.join(here, part)
+        prefix = "/".join(parts[:depth + 1])
+        if prefix in planned_files:
+            return "%s is another file of this run" % prefix
         if os.path.islink(here):
-            return here
+            return "%s is a symbolic link; report files are not written through links" % here
+        if os.path.lexists(here) and not os.path.isdir(here):
+            return "%s is there and is not a directory" % here
+    target = os.path.join(base, relative)
+    if relative in planned_files:
+        return "another file of this run has the same path"
+    if relative in planned_dirs:
+        return "another file of this run needs it as a directory"
+    if os.path.isdir(target) and not os.path.islink(target):
+        return "a directory of that name is there"
     return None
 
 
@@ -129,17 +145,23 @@ def main():
         module.fail_json(msg='%d report files were given, more than max_files (%d); nothing was written.'
                          % (len(files), module.params['max_files']))
     planned, total = [], 0
+    planned_dirs, planned_files = set(), set()
     for index, entry in enumerate(files):
         relative, content = entry.get('file'), entry.get('content')
         problem = path_problem(relative)
         if problem is None and not isinstance(content, str):
             problem = "its content is not text"
+        if problem is None:
+            problem = tree_problem(base, relative, planned_dirs, planned_files)
         if problem:
             module.fail_json(msg='Report file %d (%s) cannot be written below %s: %s; nothing was written.'
                              % (index + 1, shown(valid_text(relative)), base, problem))
         data = valid_text(content).encode('utf-8')
         total += len(data)
         planned.append((relative, data))
+        planned_files.add(relative)
+        parts = relative.split("/")
+        planned_dirs.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
     if total > module.params['max_bytes']:
         module.fail_json(msg='The report files hold %d bytes, more than max_bytes (%d); nothing was written.'
                          % (total, module.params['max_bytes']))
@@ -147,9 +169,10 @@ def main():
     if not module.check_mode:
         for relative, data in planned:
             try:
-                link = _below_a_link(base, relative)
-                if link:
-                    raise ValueError('%s is a symbolic link; report files are not written through links' % link)
+                # checked again: the tree may have changed since the plan (another run writing the same directory)
+                problem = tree_problem(base, relative, set(), set())
+                if problem:
+                    raise ValueError(problem)
                 target = os.path.join(base, relative)
                 os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                 reportfile.write_atomic(module, target, data)

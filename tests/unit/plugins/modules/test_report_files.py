@@ -55,17 +55,53 @@ def test_a_path_that_could_leave_the_directory_is_refused_before_anything_is_wri
     assert not (tmp_path / "r").exists() and _tree(tmp_path) == []
 
 
-def test_a_symbolic_link_inside_the_directory_is_not_followed(run, tmp_path):
+@pytest.mark.parametrize("check", [False, True])
+def test_a_symbolic_link_inside_the_directory_is_refused_before_anything_is_written(run, tmp_path, check):
     outside = tmp_path / "outside"
     outside.mkdir()
     report = tmp_path / "r"
     (report / "diffs").mkdir(parents=True)
     os.symlink(str(outside), str(report / "diffs" / "gpu-1"))
     files = [{"file": "diffs/gpu-0/a.diff", "content": DIFF}, {"file": "diffs/gpu-1/b.diff", "content": DIFF}]
+    rc, result = run({"path": str(report), "files": files}, check=check)
+    assert rc == 1 and "symbolic link" in result["msg"] and "nothing was written" in result["msg"]
+    assert os.listdir(str(outside)) == [] and not (report / "diffs" / "gpu-0").exists()
+
+
+def test_a_link_that_appears_after_the_plan_is_refused_at_its_write(run, tmp_path, monkeypatch):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    report = tmp_path / "r"
+    real_write = report_files.reportfile.write_atomic
+
+    def write_then_swap(module, path, data):
+        real_write(module, path, data)
+        if not (report / "diffs" / "gpu-1").exists():
+            os.symlink(str(outside), str(report / "diffs" / "gpu-1"))
+
+    monkeypatch.setattr(report_files.reportfile, "write_atomic", write_then_swap)
+    files = [{"file": "diffs/gpu-0/a.diff", "content": DIFF}, {"file": "diffs/gpu-1/b.diff", "content": DIFF}]
     rc, result = run({"path": str(report), "files": files})
     assert rc == 1 and "symbolic link" in result["msg"] and "Written before it: 1 of 2" in result["msg"]
-    assert result["files"] == ["diffs/gpu-0/a.diff"]
-    assert os.listdir(str(outside)) == []
+    assert result["files"] == ["diffs/gpu-0/a.diff"] and os.listdir(str(outside)) == []
+
+
+@pytest.mark.parametrize("second, why", [
+    ("diffs/h/a.diff", "same path"),
+    ("diffs/h/a.diff/b.diff", "is another file of this run"),
+    ("diffs/h", "needs it as a directory"),
+])
+def test_no_file_of_the_run_hides_another(run, tmp_path, second, why):
+    files = [{"file": "diffs/h/a.diff", "content": "first"}, {"file": second, "content": "second"}]
+    rc, result = run({"path": str(tmp_path / "r"), "files": files})
+    assert rc == 1 and why in result["msg"] and "nothing was written" in result["msg"]
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_name_of_255_bytes_is_written(run, tmp_path):
+    name = "diffs/h/" + "a" * 250 + ".diff"
+    rc, result = run({"path": str(tmp_path / "r"), "files": [{"file": name, "content": DIFF}]})
+    assert rc == 0 and (tmp_path / "r" / name).read_text() == DIFF
 
 
 def test_too_many_files_or_bytes_are_refused_unwritten(run, tmp_path):
