@@ -164,6 +164,8 @@ def full_log(stdout_text):
 
 def demo(out_dir):
     env = dict(os.environ)
+    # as scripts/demo.sh runs it: the phases callback on the terminal, the full log in the run's report directory
+    env.setdefault("ANSIBLE_STDOUT_CALLBACK", "gpufleet.vllm.phases")
     figures = {}
     lib = "source scripts/lib.sh && export GPUFLEET_HOST_IMAGE=\"$(cat \"$GPUFLEET_CACHE/host-image\")\" && "
     steps = [("reset", "scripts/sim_fleet.sh reset"),
