@@ -15,6 +15,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+
 def _pristine_at(check, version):
     """A package_integrity result says: pristine, at this version (a skipped or missing check says no)."""
     if not isinstance(check, dict) or check.get("skipped"):

@@ -182,7 +182,7 @@ def main():
                                  files=written, bytes=total, check_mode=False)
             written.append(relative)
     # report files are new files on the control node each run, not a change to the fleet
-    module.exit_json(changed=False, files=written if not module.check_mode else [p for p, _ in planned],
+    module.exit_json(changed=False, files=written if not module.check_mode else [relative for relative, dummy in planned],
                      bytes=total, check_mode=module.check_mode)
 
 

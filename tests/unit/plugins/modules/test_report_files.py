@@ -17,7 +17,7 @@ def run(capsys):
 
 
 def _tree(top):
-    return sorted(os.path.relpath(os.path.join(d, f), str(top)) for d, _, names in os.walk(str(top)) for f in names)
+    return sorted(os.path.relpath(os.path.join(d, f), str(top)) for d, dummy, names in os.walk(str(top)) for f in names)
 
 
 def test_writes_every_file_below_the_directory_in_one_run(run, tmp_path):
