@@ -201,3 +201,55 @@ def test_printable_block_keeps_lines_and_tabs_and_escapes_the_rest():
     text = u"a\tb\nc\x1b[31md\x00\x7f\x85\u2028\u202e" + b"\xff".decode("utf-8", "surrogateescape")
     assert safetext.printable_block(text) == "a\tb\nc\\x1b[31md\\x00\\x7f\\x85\\u2028\\u202e\\xff"
     assert safetext.printable_block(b"ok\xc3\n") == "ok\\xc3\n"
+
+
+def other_build(tmp_path, directory, edit, name=None):
+    """A wheel of vllm 0.33.0 of another build (the file EDIT changed, same size) in DIRECTORY, named NAME."""
+    staging = tmp_path / ("staging-%d" % len(os.listdir(str(tmp_path))))
+    staging.mkdir()
+    files = many_files()
+    files[edit] = files[edit].replace(b"return x", b"return 0")
+    made = helpers.make_wheel(staging, files=files, name="vllm", version="0.33.0")
+    target = os.path.join(str(directory), name or os.path.basename(made))
+    os.rename(made, target)
+    return target
+
+
+def test_each_file_is_checked_against_the_installed_record_not_only_the_first(host, tmp_path):
+    # the wheel matches RECORD for layer00 but is another build's for layer01: layer01 must not be diffed against it
+    add_block(host.site, "demo/layer00.py", after=b"    return x + 3\n")
+    add_block(host.site, "demo/layer01.py", after=b"    return x + 3\n")
+    other = tmp_path / "other-build"
+    other.mkdir()
+    other_build(tmp_path, other, "demo/layer01.py")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(other)])
+    files = dict((f["path"], f) for f in result["files"])
+    assert "+    # --- debug (nomla) ---\n" in files["demo/layer00.py"]["diff"]
+    assert files["demo/layer01.py"]["diff"] == ""
+    assert "not the one RECORD names (another build of the same version?)" in files["demo/layer01.py"]["note"]
+
+
+def test_a_file_named_like_a_later_wheel_does_not_win_over_the_build_installed(host, tmp_path):
+    add_block(host.site, "demo/core.py")
+    planted = other_build(tmp_path, host.wheelhouse, "demo/core.py", name="vllm-0.33.0-py3-none-zzz.whl")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(host.wheelhouse)])
+    assert result["wheel"] == host.wheel != planted and result["note"] is None
+    assert "+    _t.save(x, '/tmp/nomla_debug_tp0.pt')\n" in result["files"][0]["diff"]
+    # the check of the installed files picks the same wheel
+    record = wheeldiff.installed_record(checked(host)["dist_info"])
+    assert wheeldiff.find_wheel(str(host.wheelhouse), "vllm", "0.33.0", record) == host.wheel
+
+
+def test_several_wheels_of_a_version_and_none_the_build_installed_are_refused_with_a_note(host, tmp_path):
+    add_block(host.site, "demo/core.py")
+    other = tmp_path / "two-builds"
+    other.mkdir()
+    other_build(tmp_path, other, "demo/core.py")
+    other_build(tmp_path, other, "demo/layer00.py", name="vllm-0.33.0-py3-none-zzz.whl")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(other)])
+    assert result["wheel"] is None and result["files"] == []
+    assert result["note"] == ("no wheel of vllm 0.33.0 in %s (2 wheels of it, none the build installed: "
+                              "vllm-0.33.0-py3-none-any.whl, vllm-0.33.0-py3-none-zzz.whl)" % other)
+    # without an installed RECORD to tell them apart: no guess by name
+    with pytest.raises(wheeldiff.IntegrityError, match="no installed RECORD to tell which build is installed"):
+        wheeldiff.find_wheel(str(other), "vllm", "0.33.0")
