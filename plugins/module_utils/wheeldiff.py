@@ -116,6 +116,14 @@ def find_wheel(wheel, dist_name, version, record=None):
     return agreeing[0]
 
 
+def inside(rel):
+    """Whether REL is a path inside the directory it is relative to: not absolute, no NUL, no empty, ``.`` or ``..``
+    part (``vllm/../../etc/x`` is not)."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\x00" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
 def _decode_text(data, lossy=False):
     """The text of DATA, or None for a binary file (a NUL in its first 8 KiB) or, unless LOSSY, one that is not
     UTF-8. With LOSSY, bytes that are not UTF-8 are kept as surrogate escapes (shown later as \\xNN)."""
@@ -255,7 +263,7 @@ def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_re
         for label, full, why in rescan:
             if why != "changed" or len(diffs) >= check.max_list:
                 continue
-            if label.startswith("../") or os.path.isabs(label):
+            if not inside(label):
                 continue
             if deadline is not None:
                 deadline.check("diffing changed files against the wheel (%d done; the hashes were all checked)" % len(diffs))
@@ -365,7 +373,7 @@ def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_file
             rel = item["path"]
             entry = {"path": rel, "class": item.get("class", "modified"), "diff": "", "truncated": False, "note": None}
             out["files"].append(entry)
-            if rel.startswith("../") or os.path.isabs(rel) or "\x00" in rel:
+            if not inside(rel):
                 entry["note"] = "not a path inside site-packages; no diff"
                 continue
             try:

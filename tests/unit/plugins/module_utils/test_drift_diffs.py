@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import zipfile
 
 import pytest
 
@@ -253,3 +254,22 @@ def test_several_wheels_of_a_version_and_none_the_build_installed_are_refused_wi
     # without an installed RECORD to tell them apart: no guess by name
     with pytest.raises(wheeldiff.IntegrityError, match="no installed RECORD to tell which build is installed"):
         wheeldiff.find_wheel(str(other), "vllm", "0.33.0")
+
+
+def test_a_dot_dot_part_anywhere_keeps_the_diff_inside_site_packages(tmp_path):
+    # a wheel (from a mirror) with a member that climbs out: the installed side must not be read outside
+    site = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    (site / "demo").mkdir(parents=True)
+    (tmp_path / "secret.py").write_text("TOKEN = 'hunter2'\n")
+    climb = "demo/" + "../" * 5 + "secret.py"
+    assert os.path.isfile(os.path.join(str(site), *climb.split("/")))
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    with zipfile.ZipFile(str(wheelhouse / "vllm-0.33.0-py3-none-any.whl"), "w") as zf:
+        for member in (climb, "demo/./x.py", "demo//y.py"):
+            zf.writestr(member, "TOKEN = None\n")
+    items = [{"path": p, "class": "modified"} for p in (climb, "demo/./x.py", "demo//y.py", "demo/..")]
+    result = wheeldiff.diff_modified([str(wheelhouse)], "vllm", "0.33.0", str(site), items)
+    assert [f["diff"] for f in result["files"]] == ["", "", "", ""]
+    assert [f["note"] for f in result["files"]] == ["not a path inside site-packages; no diff"] * 4
+    assert not [p for p in ("a.py", "a/b.py", "a/.b/c.py", "a..b/c") if not wheeldiff.inside(p)]
