@@ -127,9 +127,12 @@ def value_problems(values, options=(), quoted=(),
 
 
 # Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
-# DEL, C1, the Unicode line and paragraph separators, the bidirectional overrides and isolates (they reorder what a
-# reader sees), and surrogates (bytes that were not UTF-8, decoded with surrogateescape).
-_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# DEL, C1, the Unicode line and paragraph separators, the bidirectional marks, overrides and isolates (they reorder
+# what a reader sees: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), the zero-width and invisible characters
+# (U+200B-U+200D, U+2060-U+2064, U+FEFF: they hide text or make two names look alike), and surrogates (bytes that
+# were not UTF-8, decoded with surrogateescape).
+_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
+                           u"\u2066-\u2069\ufeff\ud800-\udfff]")
 
 
 def _block_escape(match):
@@ -146,9 +149,10 @@ def printable_block(text):
 
     Line breaks (\\n) and tabs stay. Every other control character (the ESC
     of a terminal escape, a carriage return, NUL, DEL, C1, the Unicode line
-    and paragraph separators), the bidirectional overrides, and each byte
-    that was not UTF-8 are shown as backslash escapes (\\x1b, \\x0d, \\xff,
-    \\u202e), so what a reader sees is what the file holds.
+    and paragraph separators), the bidirectional marks and overrides, the
+    zero-width and other invisible characters (U+200B, U+2060, U+FEFF) and
+    each byte that was not UTF-8 are shown as backslash escapes (\\x1b,
+    \\x0d, \\xff, \\u202e, \\u200b), so what a reader sees is what the file holds.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
