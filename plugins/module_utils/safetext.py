@@ -159,3 +159,26 @@ def printable_block(text):
     elif not isinstance(text, str):
         text = str(text)
     return _BLOCK_UNSAFE.sub(_block_escape, text)
+
+
+# Markdown that text from a host must not make: HTML and autolinks (< >), entities (&), links and images ([ ]), code
+# spans (`), emphasis and strike-through (* ~, and _ at a word's edge: diff_max_bytes stays as it is), and a
+# backslash that would escape the next character. At the start of a block: a heading (#), a quote (>), a list
+# (- + * 1. 1)), a setext underline (=) and an indented code block (leading spaces).
+_MD_INLINE = re.compile(r"\\(?=[!-/:-@\[-`{-~])|[`*\[\]<>&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_BLOCK_START = re.compile(r"(#|[-+=]|[0-9]{1,9}(?=[.)]))")
+
+
+def markdown_inline(text, block_start=False):
+    """TEXT (already one line, see printable_block) as Markdown that shows exactly TEXT: every character Markdown
+    reads as markup is backslash-escaped, so a host's note such as ``# All clear <img src=x> [fix](https://x)``
+    renders as that text, not as a heading, HTML or a link. BLOCK_START: TEXT begins a line of the document (no
+    heading, list or code block from its first characters)."""
+    out = _MD_INLINE.sub(lambda match: "\\" + match.group(), text)
+    if block_start:
+        out = out.lstrip(" ")
+        match = _MD_BLOCK_START.match(out)
+        if match:
+            end = match.end()
+            out = out[:end] + "\\" + out[end:] if out[:end].isdigit() else "\\" + out
+    return out

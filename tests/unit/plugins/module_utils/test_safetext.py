@@ -53,3 +53,13 @@ def test_printable_block_shows_zero_width_and_bidi_marks_as_escapes(char):
     shown = safetext.printable_block(u"token = 'admin%s'\n" % char)
     assert shown == "token = 'admin\\u%04x'\n" % ord(char)
     assert safetext.printable_block(u"caf\u00e9 \u2713 \u00a0\u4e2d\n") == u"caf\u00e9 \u2713 \u00a0\u4e2d\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# All clear", "\\# All clear"), ("> quoted", "\\> quoted"), ("- item", "\\- item"), ("+ item", "\\+ item"),
+    ("* item", "\\* item"), ("1. item", "1\\. item"), ("12) item", "12\\) item"), ("===", "\\==="),
+    ("        indented code", "indented code"), ("no wheel of vllm 0.33.0 (wheel_dirs)", "no wheel of vllm 0.33.0 (wheel_dirs)"),
+    ("a\\[b] \\x1b _c_ &amp; ~~s~~", "a\\\\\\[b\\] \\x1b \\_c\\_ \\&amp; \\~\\~s\\~\\~"),
+])
+def test_markdown_inline_leaves_no_markup_of_the_hosts_text(text, expected):
+    assert safetext.markdown_inline(text, block_start=True) == expected
