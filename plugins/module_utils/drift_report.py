@@ -30,6 +30,7 @@ EXCERPT_LINES = 12
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=,~-]{0,199}\Z")
 _PATH_MAX = 1000
+_RENAMED = "_renamed"
 
 
 def one_line(value):
@@ -58,7 +59,10 @@ def plain_path(path):
     """Whether PATH (relative, / separated) can be a file name under a host's directory as it is."""
     if not isinstance(path, str) or not path or len(path) > _PATH_MAX:
         return False
-    return all(_PART.match(part) and part not in (".", "..") for part in path.split("/"))
+    parts = path.split("/")
+    if parts[0] == _RENAMED:
+        return False  # the directory of the hashed names: a host's own _renamed/<hash> would take another's name
+    return all(_PART.match(part) and part not in (".", "..") for part in parts)
 
 
 def diff_entries(hosts):
@@ -68,7 +72,9 @@ def diff_entries(hosts):
     ``file`` is relative to the report directory. A name that is not plain
     (see plain_path) is written as <host dir>/_renamed/<hash>.diff, and the
     file's first line names the path, escaped. Two names that would clash
-    (a file where another needs a directory) get the hashed name too.
+    (a file where another needs a directory) get the hashed name too; a
+    path under ``_renamed/`` is not plain, and a name taken already gets a
+    counter (``<hash>-2.diff``), so every file name is unique per host.
     """
     entries = []
     for host, diffs in hosts:
@@ -97,6 +103,13 @@ def diff_entries(hosts):
             entry["file"] = "%s/_renamed/%s.diff" % (host_dir(entry["host"]), _hashed(entry["path"], ""))
             if not entry["content"].startswith("# the diff of "):
                 entry["content"] = "# the diff of %s\n" % one_line(entry["path"]) + entry["content"]
+        if entry["file"] in seen:
+            # the same path twice (or two paths of one hash): a counter keeps every diff, none overwrites another
+            stem = entry["file"][:-len(".diff")]
+            number = 2
+            while "%s-%d.diff" % (stem, number) in seen:  # at most len(entries) tries
+                number += 1
+            entry["file"] = "%s-%d.diff" % (stem, number)
         seen.add(entry["file"])
     return entries
 

@@ -110,3 +110,20 @@ def test_a_link_text_cannot_hide_html_or_an_image():
     text = markdown([row], [])
     assert unescaped(text, "<") == [] and "[vllm/\\<img src=x onerror=alert(1)\\>.py](<diffs/gpu-a01/_renamed/" in text
     assert "[vllm/\\`a.py](<diffs/gpu-a01/_renamed/" in text
+
+
+def test_no_diff_file_overwrites_another_one_name_each():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import _hashed
+    hostile = "vllm/\x1bx.py"
+    paths = [hostile, "_renamed/%s" % _hashed(hostile, ""), hostile, "vllm/a.py", "vllm/a.py"]
+    result = plan(paths)
+    for index, item in enumerate(result["diffs"]["files"]):
+        item["diff"] = DIFF + "+# diff %d\n" % index
+    entries = drift_diff_files(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": result}})
+    names = [e["file"] for e in entries]
+    assert len(set(names)) == len(names) == 5, names
+    assert names[0] == "diffs/gpu-a01/_renamed/%s.diff" % _hashed(hostile, "")
+    assert names[1] == "diffs/gpu-a01/_renamed/%s.diff" % _hashed(paths[1], "")  # not plain: its own hash
+    assert names[2] == "diffs/gpu-a01/_renamed/%s-2.diff" % _hashed(hostile, "")
+    assert names[3] == "diffs/gpu-a01/vllm/a.py.diff" and names[4].startswith("diffs/gpu-a01/_renamed/")
+    assert [e["content"].endswith("+# diff %d\n" % i) for i, e in enumerate(entries)] == [True] * 5
