@@ -10,7 +10,9 @@ drift_info returned for each host (its ``diffs``), read again as untrusted:
 host names and file paths become file names only when they are plain
 (letters, digits, ``._-+@=,~``; no ``..``, no empty part); any other name
 gets a file named after its hash, so nothing is written outside
-``diffs/<host>/``. Every text shown goes through safetext.printable_block().
+``diffs/<host>/``. Every text shown goes through safetext.printable_block(),
+and a host's text in the Markdown (notes, classes, paths) is escaped or in a
+code span: it cannot make a heading, HTML, a link or an image of its own.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,7 +21,7 @@ __metaclass__ = type
 import hashlib
 import re
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, printable_block
 
 DIFFS_DIR = "diffs"
 #: Lines of each diff shown in the report (from its first hunk).
@@ -28,11 +30,18 @@ EXCERPT_LINES = 12
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\Z")
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+@=,~-]{0,199}\Z")
 _PATH_MAX = 1000
+_RENAMED = "_renamed"
 
 
 def one_line(value):
     """VALUE on one line, every control character and odd byte as a visible escape."""
     return printable_block(value if isinstance(value, (str, bytes)) else str(value)).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def md_text(value, block_start=False):
+    """VALUE (a host's note, a class name) as Markdown text on one line that shows exactly VALUE: no heading, HTML,
+    link or emphasis of its own (safetext.markdown_inline)."""
+    return markdown_inline(one_line(value), block_start)
 
 
 def _hashed(value, prefix):
@@ -50,7 +59,10 @@ def plain_path(path):
     """Whether PATH (relative, / separated) can be a file name under a host's directory as it is."""
     if not isinstance(path, str) or not path or len(path) > _PATH_MAX:
         return False
-    return all(_PART.match(part) and part not in (".", "..") for part in path.split("/"))
+    parts = path.split("/")
+    if parts[0] == _RENAMED:
+        return False  # the directory of the hashed names: a host's own _renamed/<hash> would take another's name
+    return all(_PART.match(part) and part not in (".", "..") for part in parts)
 
 
 def diff_entries(hosts):
@@ -60,7 +72,9 @@ def diff_entries(hosts):
     ``file`` is relative to the report directory. A name that is not plain
     (see plain_path) is written as <host dir>/_renamed/<hash>.diff, and the
     file's first line names the path, escaped. Two names that would clash
-    (a file where another needs a directory) get the hashed name too.
+    (a file where another needs a directory) get the hashed name too; a
+    path under ``_renamed/`` is not plain, and a name taken already gets a
+    counter (``<hash>-2.diff``), so every file name is unique per host.
     """
     entries = []
     for host, diffs in hosts:
@@ -89,6 +103,13 @@ def diff_entries(hosts):
             entry["file"] = "%s/_renamed/%s.diff" % (host_dir(entry["host"]), _hashed(entry["path"], ""))
             if not entry["content"].startswith("# the diff of "):
                 entry["content"] = "# the diff of %s\n" % one_line(entry["path"]) + entry["content"]
+        if entry["file"] in seen:
+            # the same path twice (or two paths of one hash): a counter keeps every diff, none overwrites another
+            stem = entry["file"][:-len(".diff")]
+            number = 2
+            while "%s-%d.diff" % (stem, number) in seen:  # at most len(entries) tries
+                number += 1
+            entry["file"] = "%s-%d.diff" % (stem, number)
         seen.add(entry["file"])
     return entries
 
@@ -139,9 +160,9 @@ def markdown(hosts, lines=EXCERPT_LINES, setting="fleet_wheel_dirs"):
             continue
         wheel = diffs.get("wheel")
         against = " against %s" % code(str(wheel).rsplit("/", 1)[-1]) if wheel else ""
-        out.extend(["", "### %s: what changed in its vLLM files%s" % (one_line(host), against), ""])
+        out.extend(["", "### %s: what changed in its vLLM files%s" % (md_text(host), against), ""])
         if diffs.get("note"):
-            note = one_line(diffs["note"])
+            note = md_text(diffs["note"], block_start=True)
             if not diffs.get("wheel_dirs") and not wheel and "(wheel_dirs)" in note:
                 note = ("No diffs: %s names no directory of wheels on the host. Set it to the directories that hold the "
                         "wheels of the builds the fleet runs (the mirror the hosts install from), and the report shows "
@@ -151,7 +172,7 @@ def markdown(hosts, lines=EXCERPT_LINES, setting="fleet_wheel_dirs"):
             if not isinstance(item, dict):
                 continue
             path = item.get("path") if isinstance(item.get("path"), str) else str(item.get("path"))
-            what = _CLASS_WORDS.get(item.get("class"), one_line(item.get("class") or "changed"))
+            what = _CLASS_WORDS.get(item.get("class"), md_text(item.get("class") or "changed"))
             full = files.get((host, path))
             if full:
                 shown, left = excerpt(item["diff"], lines)
@@ -164,7 +185,7 @@ def markdown(hosts, lines=EXCERPT_LINES, setting="fleet_wheel_dirs"):
                 out.extend(["%s (%s), %s: [%s](<%s>)" % (code(path), what, more, full, full), "",
                             "%sdiff" % mark, block, mark, ""])
             else:
-                why = one_line(item.get("note") or "no text difference")
+                why = md_text(item.get("note") or "no text difference")
                 out.extend(["%s (%s): no diff: %s" % (code(path), what, why), ""])
         left = _count(diffs.get("not_diffed"))
         if left and diffs.get("files"):

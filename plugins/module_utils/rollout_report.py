@@ -13,7 +13,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, valid_text
 
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
            "config keys removed", "vLLM files after", "1-stream tok/s", "peak tok/s", "benchmark")
@@ -108,7 +108,8 @@ def markdown(rows, batches, benchmark_report=None):
     for row in rows:
         diffs = [d for d in row.get("diffs_before") or [] if isinstance(d, dict) and _plain_link(d.get("file"))]
         if diffs:
-            links = ", ".join("[%s](<%s>)" % (cell(d.get("path")).replace("]", "\\]"), d["file"]) for d in diffs)
+            # the path is the host's: its text is escaped so it shows as written, no HTML, link or image of its own
+            links = ", ".join("[%s](<%s>)" % (markdown_inline(one_line(d.get("path"))), d["file"]) for d in diffs)
             out.extend(["", "**%s**: what drifted before the rollout, its modified vLLM files against the pristine wheel: "
                         "%s." % (cell(row.get("host")), links)])
     if benchmark_report:

@@ -127,9 +127,12 @@ def value_problems(values, options=(), quoted=(),
 
 
 # Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
-# DEL, C1, the Unicode line and paragraph separators, the bidirectional overrides and isolates (they reorder what a
-# reader sees), and surrogates (bytes that were not UTF-8, decoded with surrogateescape).
-_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# DEL, C1, the Unicode line and paragraph separators, the bidirectional marks, overrides and isolates (they reorder
+# what a reader sees: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), the zero-width and invisible characters
+# (U+200B-U+200D, U+2060-U+2064, U+FEFF: they hide text or make two names look alike), and surrogates (bytes that
+# were not UTF-8, decoded with surrogateescape).
+_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
+                           u"\u2066-\u2069\ufeff\ud800-\udfff]")
 
 
 def _block_escape(match):
@@ -146,12 +149,36 @@ def printable_block(text):
 
     Line breaks (\\n) and tabs stay. Every other control character (the ESC
     of a terminal escape, a carriage return, NUL, DEL, C1, the Unicode line
-    and paragraph separators), the bidirectional overrides, and each byte
-    that was not UTF-8 are shown as backslash escapes (\\x1b, \\x0d, \\xff,
-    \\u202e), so what a reader sees is what the file holds.
+    and paragraph separators), the bidirectional marks and overrides, the
+    zero-width and other invisible characters (U+200B, U+2060, U+FEFF) and
+    each byte that was not UTF-8 are shown as backslash escapes (\\x1b,
+    \\x0d, \\xff, \\u202e, \\u200b), so what a reader sees is what the file holds.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
     elif not isinstance(text, str):
         text = str(text)
     return _BLOCK_UNSAFE.sub(_block_escape, text)
+
+
+# Markdown that text from a host must not make: HTML and autolinks (< >), entities (&), links and images ([ ]), code
+# spans (`), emphasis and strike-through (* ~, and _ at a word's edge: diff_max_bytes stays as it is), and a
+# backslash that would escape the next character. At the start of a block: a heading (#), a quote (>), a list
+# (- + * 1. 1)), a setext underline (=) and an indented code block (leading spaces).
+_MD_INLINE = re.compile(r"\\(?=[!-/:-@\[-`{-~])|[`*\[\]<>&~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_MD_BLOCK_START = re.compile(r"(#|[-+=]|[0-9]{1,9}(?=[.)]))")
+
+
+def markdown_inline(text, block_start=False):
+    """TEXT (already one line, see printable_block) as Markdown that shows exactly TEXT: every character Markdown
+    reads as markup is backslash-escaped, so a host's note such as ``# All clear <img src=x> [fix](https://x)``
+    renders as that text, not as a heading, HTML or a link. BLOCK_START: TEXT begins a line of the document (no
+    heading, list or code block from its first characters)."""
+    out = _MD_INLINE.sub(lambda match: "\\" + match.group(), text)
+    if block_start:
+        out = out.lstrip(" ")
+        match = _MD_BLOCK_START.match(out)
+        if match:
+            end = match.end()
+            out = out[:end] + "\\" + out[end:] if out[:end].isdigit() else "\\" + out
+    return out

@@ -38,9 +38,49 @@ _INSTALLER_FILES = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_c
 # Wheel comparison
 # ---------------------------------------------------------------------------
 
-def find_wheel(wheel, dist_name, version):
+class AmbiguousWheel(IntegrityError):
+    """Several wheels of one version in a wheelhouse and none that is surely the build installed; ``short`` says
+    so in a few words (for a list of the directories looked in)."""
+
+    def __init__(self, message, short):
+        super(AmbiguousWheel, self).__init__(message)
+        self.short = short
+
+
+#: At most this many same-name wheels of one version are opened to find the build installed.
+_MAX_CANDIDATES = 16
+
+
+def _agrees(path, record):
+    """Whether the wheel at PATH is the build RECORD (path -> RecordRow, installed) names: its own RECORD gives
+    the same hash for every file both name with one (installer files aside), and there is at least one such file."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            rows = _wheel_record(zf)
+    except (IntegrityError, OSError, zipfile.BadZipFile, RuntimeError, ValueError, EOFError):
+        return False
+    same = 0
+    for rel, wrow in rows.items():
+        row = record.get(rel)
+        if row is None or row.algorithm is None or wrow.algorithm is None:
+            continue
+        if rel.split("/", 1)[0].endswith(".dist-info") and rel.split("/", 1)[-1] in _INSTALLER_FILES:
+            continue
+        if row.algorithm != wrow.algorithm or row.digest != wrow.digest:
+            return False
+        same += 1
+    return same > 0
+
+
+def find_wheel(wheel, dist_name, version, record=None):
     """A wheel file for ``dist_name`` ``version``: ``wheel`` itself when it is
-    a file, else the matching ``*.whl`` in the directory ``wheel``."""
+    a file, else the matching ``*.whl`` in the directory ``wheel``.
+
+    When the directory holds several (builds of one version, or a file named
+    like one), the one whose RECORD carries the hashes of the installed
+    RECORD (``record``: path -> RecordRow) is chosen; with none or no
+    ``record`` to tell them apart, IntegrityError says so (no guess by name).
+    """
     if os.path.isfile(wheel):
         return wheel
     if not os.path.isdir(wheel):
@@ -57,7 +97,31 @@ def find_wheel(wheel, dist_name, version):
             matches.append(os.path.join(wheel, name))
     if not matches:
         raise IntegrityError("No wheel for %s %s in the wheelhouse %s." % (dist_name, version or "(any version)", wheel))
-    return matches[-1]
+    if len(matches) == 1:
+        return matches[0]
+    names = ", ".join(_one_line(os.path.basename(m)) for m in matches[:_MAX_CANDIDATES])
+    names += ", ..." if len(matches) > _MAX_CANDIDATES else ""
+    what = "%d wheels of %s %s in %s (%s)" % (len(matches), dist_name, version or "(any version)", wheel, names)
+    if len(matches) > _MAX_CANDIDATES:
+        raise AmbiguousWheel("There are %s: more than %d to tell apart; keep one build of a version in a wheelhouse."
+                             % (what, _MAX_CANDIDATES), "%d wheels of it, too many to tell apart" % len(matches))
+    if not record:
+        raise AmbiguousWheel("There are %s and no installed RECORD to tell which build is installed; keep one build "
+                             "of a version in a wheelhouse." % what,
+                             "%d wheels of it and no installed RECORD to tell them apart: %s" % (len(matches), names))
+    agreeing = [m for m in matches if _agrees(m, record)]
+    if not agreeing:
+        raise AmbiguousWheel("There are %s and none carries the hashes the installed RECORD names (another build?)."
+                             % what, "%d wheels of it, none the build installed: %s" % (len(matches), names))
+    return agreeing[0]
+
+
+def inside(rel):
+    """Whether REL is a path inside the directory it is relative to: not absolute, no NUL, no empty, ``.`` or ``..``
+    part (``vllm/../../etc/x`` is not)."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\x00" in rel:
+        return False
+    return all(part not in ("", ".", "..") for part in rel.split("/"))
 
 
 def _decode_text(data, lossy=False):
@@ -154,7 +218,7 @@ def _wheel_record(zf):
 def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
                   diff_max_bytes, already, deadline=None):
     try:
-        path = find_wheel(wheel, dist_name, result["version"])
+        path = find_wheel(wheel, dist_name, result["version"], dict((r.path, r) for r in rows))
     except IntegrityError as exc:
         result["wheel_error"] = str(exc)
         return
@@ -199,7 +263,7 @@ def compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_re
         for label, full, why in rescan:
             if why != "changed" or len(diffs) >= check.max_list:
                 continue
-            if label.startswith("../") or os.path.isabs(label):
+            if not inside(label):
                 continue
             if deadline is not None:
                 deadline.check("diffing changed files against the wheel (%d done; the hashes were all checked)" % len(diffs))
@@ -220,16 +284,18 @@ DIFF_MAX_BYTES = 64 << 10
 DIFF_MAX_TOTAL = 256 << 10
 
 
-def find_in_dirs(wheel_dirs, dist_name, version):
+def find_in_dirs(wheel_dirs, dist_name, version, record=None):
     """(wheel path, None) for ``dist_name`` ``version`` from the first of ``wheel_dirs`` that holds one, or
-    (None, why not: each directory and what was wrong with it)."""
+    (None, why not: each directory and what was wrong with it). RECORD: as for find_wheel."""
     looked = []
     for directory in wheel_dirs or ():
         if not os.path.isdir(directory):
             looked.append("%s (not a directory)" % directory)
             continue
         try:
-            return find_wheel(directory, dist_name, version), None
+            return find_wheel(directory, dist_name, version, record), None
+        except AmbiguousWheel as exc:
+            looked.append("%s (%s)" % (directory, exc.short))
         except IntegrityError:
             looked.append(directory)
         except OSError as exc:
@@ -284,7 +350,8 @@ def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_file
     backslash escapes.
     """
     out = {"wheel": None, "files": [], "bytes": 0, "not_diffed": 0, "note": None}
-    wheel, why = find_in_dirs(wheel_dirs, dist_name, version)
+    installed = installed_record(dist_info)
+    wheel, why = find_in_dirs(wheel_dirs, dist_name, version, installed)
     if wheel is None:
         out["note"] = why
         return out
@@ -294,7 +361,6 @@ def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_file
     except (OSError, zipfile.BadZipFile) as exc:
         out["note"] = "the wheel %s cannot be opened: %s" % (wheel, exc)
         return out
-    record = installed_record(dist_info)
     with zf:
         for index, item in enumerate(items):
             if len(out["files"]) >= max_files:
@@ -307,7 +373,7 @@ def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_file
             rel = item["path"]
             entry = {"path": rel, "class": item.get("class", "modified"), "diff": "", "truncated": False, "note": None}
             out["files"].append(entry)
-            if rel.startswith("../") or os.path.isabs(rel) or "\x00" in rel:
+            if not inside(rel):
                 entry["note"] = "not a path inside site-packages; no diff"
                 continue
             try:
@@ -316,20 +382,20 @@ def diff_modified(wheel_dirs, dist_name, version, site_packages, items, max_file
                 entry["note"] = "not in the wheel %s; no diff" % os.path.basename(wheel)
                 continue
             try:
-                mismatch = _record_mismatch(zf, info, record.get(rel))
+                mismatch = _record_mismatch(zf, info, installed.get(rel))
                 if mismatch:
                     entry["note"] = mismatch
                     continue
-                record, dummy = _diff_one(zf, rel, os.path.join(site_packages, *rel.split("/")), rel, max_bytes,
-                                          lossy=True, label=_one_line(rel))
+                made, dummy = _diff_one(zf, rel, os.path.join(site_packages, *rel.split("/")), rel, max_bytes,
+                                        lossy=True, label=_one_line(rel))
             except (OSError, zipfile.BadZipFile, RuntimeError, ValueError, EOFError) as exc:
                 entry["note"] = "the wheel's copy cannot be read: %s; no diff" % exc
                 continue
-            text = printable_block(record["diff"])
+            text = printable_block(made["diff"])
             size = len(text.encode("utf-8"))
-            entry["truncated"] = record["truncated"]
-            if record.get("note"):
-                entry["note"] = record["note"]
+            entry["truncated"] = made["truncated"]
+            if made.get("note"):
+                entry["note"] = made["note"]
             elif not text:
                 entry["note"] = "no difference in the text (line endings or a change a text diff does not show)"
             elif out["bytes"] + size > max_total:

@@ -205,7 +205,8 @@ options:
   wheel_dirs:
     description:
       - Directories on the host that hold wheels, for example the fleet's mirror (the C(fleet) role's C(fleet_wheel_dirs)).
-        The first one with a wheel of O(name) at the installed version is used.
+        The first one with a wheel of O(name) at the installed version is used; of several there, the one whose own
+        RECORD carries the installed RECORD's hashes (with none, the next directory, and RV(diffs.note) names them).
       - Each file that is modified or of another size than RECORD says is diffed against that wheel's copy (RV(diffs)).
         A file whose wheel copy is not the one RECORD names (another build with the same version) is not diffed.
       - Left empty, no diffs are made, and RV(diffs.note) says so when files changed.

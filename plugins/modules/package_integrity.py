@@ -75,7 +75,9 @@ options:
   wheel:
     description:
       - A wheel file, or a directory (wheelhouse) holding the wheel of the installed name and version, to diff
-        changed text files against and to compare the installed RECORD with.
+        changed text files against and to compare the installed RECORD with. Of several wheels of that version
+        in a directory, the one whose own RECORD carries the installed RECORD's hashes is used (never the last
+        name); when none does, RV(wheel_error) names them.
       - A wheel that cannot be found or read is reported in RV(wheel_error); it does not fail the task.
     type: path
   patterns:

@@ -7,6 +7,8 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpufleet.vllm.plugins.filter.drift import drift_diff_files, drift_diff_markdown
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_row
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import markdown
@@ -46,7 +48,7 @@ def test_hostile_path_is_linked_by_its_hashed_name_and_shown_escaped():
     (entry,) = row["diffs_before"]
     assert entry["file"].startswith("diffs/gpu-a01/_renamed/") and entry["file"].endswith(".diff")
     text = markdown([row], [])
-    assert "\x1b" not in text and "[../../x\\x1b[31m\\](javascript:alert(1))](<%s>)" % entry["file"] in text
+    assert "\x1b" not in text and "[../../x\\x1b\\[31m\\](javascript:alert(1))](<%s>)" % entry["file"] in text
     # a row that names a file the report did not make is not linked
     row["diffs_before"] = [{"path": "x", "file": "../../etc/passwd"}, {"path": "y", "file": "diffs/a/<b>.diff"}]
     assert "what drifted before" not in markdown([row], [])
@@ -77,3 +79,51 @@ def test_markdown_gives_each_file_without_a_diff_its_reason_and_counts_the_rest(
             "12 bytes); no text diff\n") in text
     assert text.endswith("3 more changed files not diffed (the bounds diff_max_files and max_list of drift_info, or its "
                          "time limit).\n")
+
+
+def unescaped(text, mark):
+    """Where MARK stands in TEXT without a backslash before it, the report's own links to its diff files aside."""
+    text = re.sub(r"\]\(<diffs/[A-Za-z0-9._+@=,~/-]+>\)", "", text)
+    return [m.start() for m in re.finditer(r"(?<!\\)" + re.escape(mark), text)]
+
+
+HOSTILE_NOTE = "# All clear <img src=x onerror=alert(1)> [fix here](https://evil.example)"
+
+
+def test_a_hosts_notes_and_classes_cannot_make_headings_html_or_links_in_drift_md():
+    result = plan(["vllm/a.py"])
+    result["diffs"]["note"] = HOSTILE_NOTE
+    result["diffs"]["files"].append({"path": "vllm/b.py", "class": "<b>x</b> [c](https://evil.example)", "diff": "",
+                                     "truncated": False, "note": "1. ![p](https://evil.example/t.png) *done* `ok`"})
+    text = drift_diff_markdown(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": result}})
+    assert ("\\# All clear \\<img src=x onerror=alert(1)\\> \\[fix here\\](https://evil.example)\n\n") in text
+    assert ("`vllm/b.py` (\\<b\\>x\\</b\\> \\[c\\](https://evil.example)): no diff: 1. !\\[p\\](https://evil.example/t.png) "
+            "\\*done\\* \\`ok\\`\n") in text
+    # no line a renderer reads as a heading but the report's own, no raw tag, no link or image but the report's own
+    assert [line for line in text.splitlines() if line.startswith("#")] == [
+        "### gpu-a01: what changed in its vLLM files against `vllm-0.33.0-py3-none-any.whl`"]
+    assert unescaped(text, "<") == unescaped(text, "](") == []
+
+
+def test_a_link_text_cannot_hide_html_or_an_image():
+    row = rollout_row("gpu-a01", {"rollout_plan": plan(["vllm/<img src=x onerror=alert(1)>.py", "vllm/`a.py"])})
+    text = markdown([row], [])
+    assert unescaped(text, "<") == [] and "[vllm/\\<img src=x onerror=alert(1)\\>.py](<diffs/gpu-a01/_renamed/" in text
+    assert "[vllm/\\`a.py](<diffs/gpu-a01/_renamed/" in text
+
+
+def test_no_diff_file_overwrites_another_one_name_each():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import _hashed
+    hostile = "vllm/\x1bx.py"
+    paths = [hostile, "_renamed/%s" % _hashed(hostile, ""), hostile, "vllm/a.py", "vllm/a.py"]
+    result = plan(paths)
+    for index, item in enumerate(result["diffs"]["files"]):
+        item["diff"] = DIFF + "+# diff %d\n" % index
+    entries = drift_diff_files(["gpu-a01"], {"gpu-a01": {"gpufleet_drift": result}})
+    names = [e["file"] for e in entries]
+    assert len(set(names)) == len(names) == 5, names
+    assert names[0] == "diffs/gpu-a01/_renamed/%s.diff" % _hashed(hostile, "")
+    assert names[1] == "diffs/gpu-a01/_renamed/%s.diff" % _hashed(paths[1], "")  # not plain: its own hash
+    assert names[2] == "diffs/gpu-a01/_renamed/%s-2.diff" % _hashed(hostile, "")
+    assert names[3] == "diffs/gpu-a01/vllm/a.py.diff" and names[4].startswith("diffs/gpu-a01/_renamed/")
+    assert [e["content"].endswith("+# diff %d\n" % i) for i, e in enumerate(entries)] == [True] * 5

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import zipfile
 
 import pytest
 
@@ -201,3 +202,74 @@ def test_printable_block_keeps_lines_and_tabs_and_escapes_the_rest():
     text = u"a\tb\nc\x1b[31md\x00\x7f\x85\u2028\u202e" + b"\xff".decode("utf-8", "surrogateescape")
     assert safetext.printable_block(text) == "a\tb\nc\\x1b[31md\\x00\\x7f\\x85\\u2028\\u202e\\xff"
     assert safetext.printable_block(b"ok\xc3\n") == "ok\\xc3\n"
+
+
+def other_build(tmp_path, directory, edit, name=None):
+    """A wheel of vllm 0.33.0 of another build (the file EDIT changed, same size) in DIRECTORY, named NAME."""
+    staging = tmp_path / ("staging-%d" % len(os.listdir(str(tmp_path))))
+    staging.mkdir()
+    files = many_files()
+    files[edit] = files[edit].replace(b"return x", b"return 0")
+    made = helpers.make_wheel(staging, files=files, name="vllm", version="0.33.0")
+    target = os.path.join(str(directory), name or os.path.basename(made))
+    os.rename(made, target)
+    return target
+
+
+def test_each_file_is_checked_against_the_installed_record_not_only_the_first(host, tmp_path):
+    # the wheel matches RECORD for layer00 but is another build's for layer01: layer01 must not be diffed against it
+    add_block(host.site, "demo/layer00.py", after=b"    return x + 3\n")
+    add_block(host.site, "demo/layer01.py", after=b"    return x + 3\n")
+    other = tmp_path / "other-build"
+    other.mkdir()
+    other_build(tmp_path, other, "demo/layer01.py")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(other)])
+    files = dict((f["path"], f) for f in result["files"])
+    assert "+    # --- debug (nomla) ---\n" in files["demo/layer00.py"]["diff"]
+    assert files["demo/layer01.py"]["diff"] == ""
+    assert "not the one RECORD names (another build of the same version?)" in files["demo/layer01.py"]["note"]
+
+
+def test_a_file_named_like_a_later_wheel_does_not_win_over_the_build_installed(host, tmp_path):
+    add_block(host.site, "demo/core.py")
+    planted = other_build(tmp_path, host.wheelhouse, "demo/core.py", name="vllm-0.33.0-py3-none-zzz.whl")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(host.wheelhouse)])
+    assert result["wheel"] == host.wheel != planted and result["note"] is None
+    assert "+    _t.save(x, '/tmp/nomla_debug_tp0.pt')\n" in result["files"][0]["diff"]
+    # the check of the installed files picks the same wheel
+    record = wheeldiff.installed_record(checked(host)["dist_info"])
+    assert wheeldiff.find_wheel(str(host.wheelhouse), "vllm", "0.33.0", record) == host.wheel
+
+
+def test_several_wheels_of_a_version_and_none_the_build_installed_are_refused_with_a_note(host, tmp_path):
+    add_block(host.site, "demo/core.py")
+    other = tmp_path / "two-builds"
+    other.mkdir()
+    other_build(tmp_path, other, "demo/core.py")
+    other_build(tmp_path, other, "demo/layer00.py", name="vllm-0.33.0-py3-none-zzz.whl")
+    result = drift.wheel_diffs(checked(host), "vllm", wheel_dirs=[str(other)])
+    assert result["wheel"] is None and result["files"] == []
+    assert result["note"] == ("no wheel of vllm 0.33.0 in %s (2 wheels of it, none the build installed: "
+                              "vllm-0.33.0-py3-none-any.whl, vllm-0.33.0-py3-none-zzz.whl)" % other)
+    # without an installed RECORD to tell them apart: no guess by name
+    with pytest.raises(wheeldiff.IntegrityError, match="no installed RECORD to tell which build is installed"):
+        wheeldiff.find_wheel(str(other), "vllm", "0.33.0")
+
+
+def test_a_dot_dot_part_anywhere_keeps_the_diff_inside_site_packages(tmp_path):
+    # a wheel (from a mirror) with a member that climbs out: the installed side must not be read outside
+    site = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    (site / "demo").mkdir(parents=True)
+    (tmp_path / "secret.py").write_text("TOKEN = 'hunter2'\n")
+    climb = "demo/" + "../" * 5 + "secret.py"
+    assert os.path.isfile(os.path.join(str(site), *climb.split("/")))
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    with zipfile.ZipFile(str(wheelhouse / "vllm-0.33.0-py3-none-any.whl"), "w") as zf:
+        for member in (climb, "demo/./x.py", "demo//y.py"):
+            zf.writestr(member, "TOKEN = None\n")
+    items = [{"path": p, "class": "modified"} for p in (climb, "demo/./x.py", "demo//y.py", "demo/..")]
+    result = wheeldiff.diff_modified([str(wheelhouse)], "vllm", "0.33.0", str(site), items)
+    assert [f["diff"] for f in result["files"]] == ["", "", "", ""]
+    assert [f["note"] for f in result["files"]] == ["not a path inside site-packages; no diff"] * 4
+    assert not [p for p in ("a.py", "a/b.py", "a/.b/c.py", "a..b/c") if not wheeldiff.inside(p)]

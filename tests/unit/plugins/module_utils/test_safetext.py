@@ -44,3 +44,22 @@ def test_the_module_utils_share_one_helper():
     # the same function object, not a copy that drifts
     for module in (bounded, nvml, rollout_report, systemd):
         assert module.valid_text is safetext.valid_text
+
+
+@pytest.mark.parametrize("char", [u"\u061c", u"\u200b", u"\u200c", u"\u200d", u"\u200e", u"\u200f", u"\u202a",
+                                  u"\u202e", u"\u2060", u"\u2063", u"\u2064", u"\u2066", u"\u2069", u"\ufeff"])
+def test_printable_block_shows_zero_width_and_bidi_marks_as_escapes(char):
+    # what a reader sees is what the file holds: "admin\u200b" is not "admin", a mark does not reorder the line
+    shown = safetext.printable_block(u"token = 'admin%s'\n" % char)
+    assert shown == "token = 'admin\\u%04x'\n" % ord(char)
+    assert safetext.printable_block(u"caf\u00e9 \u2713 \u00a0\u4e2d\n") == u"caf\u00e9 \u2713 \u00a0\u4e2d\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("# All clear", "\\# All clear"), ("> quoted", "\\> quoted"), ("- item", "\\- item"), ("+ item", "\\+ item"),
+    ("* item", "\\* item"), ("1. item", "1\\. item"), ("12) item", "12\\) item"), ("===", "\\==="),
+    ("        indented code", "indented code"), ("no wheel of vllm 0.33.0 (wheel_dirs)", "no wheel of vllm 0.33.0 (wheel_dirs)"),
+    ("a\\[b] \\x1b _c_ &amp; ~~s~~", "a\\\\\\[b\\] \\x1b \\_c\\_ \\&amp; \\~\\~s\\~\\~"),
+])
+def test_markdown_inline_leaves_no_markup_of_the_hosts_text(text, expected):
+    assert safetext.markdown_inline(text, block_start=True) == expected
