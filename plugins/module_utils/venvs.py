@@ -205,13 +205,34 @@ def _exists_at(name, dir_fd):
     return True
 
 
-def remove_envs(envs_dir, envs):
+def _linked_by(links, env):
+    """The first of LINKS that points at ENV now (read again, resolved; by path or by identity), or ''."""
+    for link in links:
+        info = read_link(link)
+        if not info["is_link"] or not info["target_is_dir"]:
+            continue
+        if info["target"] == env["real"]:
+            return link
+        try:
+            st = os.stat(info["target"])
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == tuple(env["ident"]):
+            return link
+    return ""
+
+
+def remove_envs(envs_dir, envs, links=()):
     """Remove ENVS (entries of read_envs' to_remove), each checked again right before it goes.
 
+    LINKS (the current and the previous link) are read again before each removal: an environment one of them
+    points at now (another run switched to it after the listing) is left alone.
     Returns {removed: [path], gone: [path], left: [[path, why]]}: removed, already gone when its turn came,
-    left alone because it is no longer the directory that was read (a link now, or another directory).
+    left alone because it is no longer the directory that was read (a link now, or another directory) or a link
+    points at it now.
     Raises EnvsError on the first removal that fails, with what went before it in .partial.
     """
+    links = [link for link in links if link]
     done = {"removed": [], "gone": [], "left": []}
     if not envs:
         return done
@@ -234,6 +255,10 @@ def remove_envs(envs_dir, envs):
                 continue
             if (st.st_dev, st.st_ino) != tuple(env["ident"]):
                 done["left"].append([env["path"], "another directory took its name after it was read"])
+                continue
+            link = _linked_by(links, env)
+            if link:
+                done["left"].append([env["path"], "%s points at it now (moved after the listing)" % shown(link)])
                 continue
             try:
                 _rmtree(env["name"], fd, os.path.join(os.path.realpath(envs_dir), env["name"]))

