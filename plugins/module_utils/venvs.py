@@ -190,11 +190,34 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
     return result
 
 
+def _rmtree_at_fd():
+    """Whether shutil.rmtree removes an entry relative to an opened directory (Python 3.11+), safely."""
+    return sys.version_info >= (3, 11) and getattr(shutil.rmtree, "avoids_symlink_attacks", False)
+
+
 def _rmtree(name, dir_fd, path):
-    if sys.version_info >= (3, 11) and shutil.rmtree.avoids_symlink_attacks:
+    if _rmtree_at_fd():
         shutil.rmtree(name, dir_fd=dir_fd)  # pylint: disable=unexpected-keyword-arg
     else:
         shutil.rmtree(path)
+
+
+def _path_of(envs_dir, name, dir_fd, ident):
+    """The path to remove NAME by where shutil.rmtree takes no dir_fd (Python 3.10), or None.
+
+    None when ENVS_DIR (it may be a link) no longer resolves to the opened directory DIR_FD, or NAME there is not
+    the directory IDENT: the path, worked out again now, would lead elsewhere.
+    """
+    real_dir = os.path.realpath(envs_dir)
+    path = os.path.join(real_dir, name)
+    try:
+        same_dir = os.path.samestat(os.stat(real_dir), os.fstat(dir_fd))
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not same_dir or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != tuple(ident):
+        return None
+    return path
 
 
 def _exists_at(name, dir_fd):
@@ -260,8 +283,16 @@ def remove_envs(envs_dir, envs, links=()):
             if link:
                 done["left"].append([env["path"], "%s points at it now (moved after the listing)" % shown(link)])
                 continue
+            path = None
+            if not _rmtree_at_fd():
+                path = _path_of(envs_dir, env["name"], fd, env["ident"])
+                if path is None:
+                    done["left"].append([env["path"], "%s leads elsewhere than the directory read (moved or re-pointed "
+                                                      "after it was opened); not removed by path"
+                                         % shown(envs_dir)])
+                    continue
             try:
-                _rmtree(env["name"], fd, os.path.join(os.path.realpath(envs_dir), env["name"]))
+                _rmtree(env["name"], fd, path)
             except OSError as exc:
                 if isinstance(exc, FileNotFoundError) and not _exists_at(env["name"], fd):
                     # removed by someone else while this removal ran

@@ -298,3 +298,41 @@ def test_a_link_that_resolves_elsewhere_than_the_listing_protects_by_identity(tm
     os.symlink(str(tmp_path / "moved"), str(envs))
     done = venvs.remove_envs(str(envs), found["to_remove"], links=[str(tmp_path / "current")])
     assert done["removed"] == [] and len(done["left"]) == 1 and (tmp_path / "moved" / MID).is_dir()
+
+
+def test_without_rmtree_at_a_directory_a_re_pointed_envs_dir_removes_nothing_elsewhere(tmp_path, monkeypatch):
+    # Python 3.10: shutil.rmtree takes no dir_fd, the path is worked out again at removal time
+    import shutil
+    monkeypatch.setattr(shutil.rmtree, "avoids_symlink_attacks", False)
+    for top in ("disk1", "disk2"):
+        (tmp_path / top / MID).mkdir(parents=True)
+        (tmp_path / top / MID / "keep.txt").write_text(top)
+    link = tmp_path / "envs"
+    os.symlink(str(tmp_path / "disk1"), str(link))
+    found = venvs.read_envs(str(link), "vllm", keep=0)
+    real_open = os.open
+
+    def open_then_re_point(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if path == str(link):
+            # another run re-points envs_dir at another disk with a same-named environment, after the fd was opened
+            os.unlink(str(link))
+            os.symlink(str(tmp_path / "disk2"), str(link))
+        return fd
+    monkeypatch.setattr(os, "open", open_then_re_point)
+    done = venvs.remove_envs(str(link), found["to_remove"])
+    monkeypatch.undo()
+    assert (tmp_path / "disk2" / MID / "keep.txt").read_text() == "disk2"
+    assert (tmp_path / "disk1" / MID).is_dir() and done["removed"] == []
+    assert done["left"] == [[str(link / MID), "'%s' leads elsewhere than the directory read (moved or re-pointed after "
+                                              "it was opened); not removed by path" % link]]
+
+
+def test_without_rmtree_at_a_directory_an_unmoved_envs_dir_is_removed_by_path(run, fleet, monkeypatch):
+    import shutil
+    tmp, envs, args = fleet
+    monkeypatch.setattr(shutil.rmtree, "avoids_symlink_attacks", False)
+    os.symlink(str(envs), str(tmp / "envs-link"))
+    code, res = run(dict(args, envs_dir=str(tmp / "envs-link"), keep=0, state="pruned"))
+    assert code == 0 and names(res["removed"]) == [LOCAL, MID] and res["left"] == []
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, NEW])
