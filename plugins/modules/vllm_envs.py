@@ -283,9 +283,13 @@ def main():
         except EnvsError as exc:
             partial = exc.partial or {}
             removed = partial.get("removed", [])
-            facts.update(removed=removed, gone=partial.get("gone", []))
-            module.fail_json(msg="%s. Removed before it: %s. The current and previous environments were not touched."
-                                 % (str(exc), ", ".join(removed) or "none"), changed=bool(removed), **facts)
+            left = ["%s (%s)" % (path, why) for path, why in partial.get("left", [])]
+            facts.update(removed=removed, gone=partial.get("gone", []), left=left)
+            msg = "%s. Removed before it: %s." % (str(exc), ", ".join(removed) or "none")
+            if left:
+                msg += " Left alone before it (changed after the listing): %s." % "; ".join(left)
+            module.fail_json(msg=msg + " The current and previous environments were not touched.",
+                             changed=bool(removed), **facts)
         facts.update(removed=done["removed"], gone=done["gone"],
                      left=["%s (%s)" % (path, why) for path, why in done["left"]])
         changed = bool(done["removed"])

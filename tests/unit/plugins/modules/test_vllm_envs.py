@@ -336,3 +336,27 @@ def test_without_rmtree_at_a_directory_an_unmoved_envs_dir_is_removed_by_path(ru
     code, res = run(dict(args, envs_dir=str(tmp / "envs-link"), keep=0, state="pruned"))
     assert code == 0 and names(res["removed"]) == [LOCAL, MID] and res["left"] == []
     assert sorted(os.listdir(str(envs))) == sorted([OLD, NEW])
+
+
+def test_a_failed_removal_reports_what_was_left_before_it(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+    real = venvs._rmtree
+
+    def rmtree(name, dir_fd, path):
+        if name == MID:
+            raise PermissionError(13, "Permission denied")
+        real(name, dir_fd, path)
+    monkeypatch.setattr(venvs, "_rmtree", rmtree)
+
+    def replace():
+        os.rename(str(envs / LOCAL), str(tmp / "moved"))
+        (envs / LOCAL).mkdir()
+    _between_read_and_removal(monkeypatch, replace)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 1 and res["removed"] == [] and res["changed"] is False
+    why = "%s (another directory took its name after it was read)" % (envs / LOCAL)
+    assert res["left"] == [why]
+    assert res["msg"] == ("Could not remove '%s': Permission denied. Removed before it: none. Left alone before it "
+                          "(changed after the listing): %s. The current and previous environments were not touched."
+                          % (envs / MID, why))
+    assert (envs / LOCAL).is_dir() and (envs / MID).is_dir()
