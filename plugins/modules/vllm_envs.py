@@ -216,7 +216,10 @@ gone:
   type: list
   elements: str
 left:
-  description: Environments of RV(to_remove) left alone because they changed after the listing, with why.
+  description:
+    - Environments of RV(to_remove) left alone, with why, because they changed after the listing (a link or another
+      directory now), O(current_link) or O(previous_link) points at them now, or O(envs_dir) leads elsewhere than the
+      directory read. Also returned when a removal failed (those left before it).
   returned: always
   type: list
   elements: str
