@@ -23,8 +23,8 @@ description:
     directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
     or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir); one
     already gone is listed in RV(gone); one that became a link or another directory since the listing, or that
-    O(current_link) or O(previous_link) points at now (read again right before each removal: another run switched),
-    is left alone and listed in RV(left).
+    O(current_link) or O(previous_link) points at now (read again right before each removal, as another run may
+    have switched), is left alone and listed in RV(left).
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
