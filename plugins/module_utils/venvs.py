@@ -251,8 +251,8 @@ def remove_envs(envs_dir, envs, links=()):
     LINKS (the current and the previous link) are read again before each removal: an environment one of them
     points at now (another run switched to it after the listing) is left alone.
     Returns {removed: [path], gone: [path], left: [[path, why]]}: removed, already gone when its turn came,
-    left alone because it is no longer the directory that was read (a link now, or another directory) or a link
-    points at it now.
+    left alone because it is no longer the directory that was read (a link now, or another directory), a link
+    points at it now, or (Python 3.10, removal by path) ENVS_DIR no longer leads to the directory opened.
     Raises EnvsError on the first removal that fails, with what went before it in .partial.
     """
     links = [link for link in links if link]
