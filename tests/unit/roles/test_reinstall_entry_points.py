@@ -15,7 +15,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 from helpers import REPO, run_plays
 
 FAKE_UV = """#!/bin/sh
@@ -120,3 +123,21 @@ def test_cleanup_in_a_check_mode_play_removes_nothing_then_a_real_one_removes_wh
     found = run_plays(_cleanup(tmp, envs_dir, "real", False), str(out))
     assert found == {"real": [str(envs_dir / names[1])]}
     assert sorted(os.listdir(str(envs_dir))) == [names[0], names[2]]
+
+
+def _cleanup_remove_of(result):
+    """reinstall_cleanup_remove as cleanup.yml's set_fact makes it from the module's RESULT."""
+    with open(os.path.join(REPO, "roles", "reinstall", "tasks", "cleanup.yml")) as handle:
+        tasks = yaml.safe_load(handle)
+    expr = [task["ansible.builtin.set_fact"] for task in tasks if "ansible.builtin.set_fact" in task][0]
+    templar = Templar(loader=DataLoader(), variables={"reinstall_envs": result})
+    return templar.template(trust_as_template(expr["reinstall_cleanup_remove"]))
+
+
+def test_cleanup_remove_is_what_was_removed_not_what_was_listed():
+    # one removed, one already gone, one left alone (changed after the listing)
+    result = {"check_mode": False, "current_env": "/e/cur", "to_remove": ["/e/a", "/e/b", "/e/c"],
+              "removed": ["/e/a"], "gone": ["/e/b"], "left": ["/e/c (another directory took its name after it was read)"]}
+    assert _cleanup_remove_of(result) == ["/e/a"]
+    # check mode: what would be removed
+    assert _cleanup_remove_of(dict(result, check_mode=True, removed=[], gone=[], left=[])) == ["/e/a", "/e/b", "/e/c"]

