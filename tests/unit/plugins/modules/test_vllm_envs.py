@@ -7,12 +7,11 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import json
 import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
+from helpers import module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import venvs
 from ansible_collections.gpufleet.vllm.plugins.modules import vllm_envs
 
@@ -24,12 +23,7 @@ LOCAL = "vllm-0.16.0rc2.dev344_gea5f903f8-20261120T120000Z"
 
 @pytest.fixture
 def run(capsys):
-    def _run(args, check=False, diff=False):
-        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=diff)):
-            with pytest.raises(SystemExit) as exc:
-                vllm_envs.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+    return module_runner(vllm_envs.main, capsys)
 
 
 @pytest.fixture
