@@ -59,10 +59,11 @@ def _num(value, fmt):
 
 
 def cell(value):
-    """VALUE as one Markdown table cell: one line (control characters as visible escapes), pipes escaped."""
+    """VALUE as one Markdown table cell that shows exactly VALUE: one line (control characters as visible escapes),
+    Markdown markup (HTML, links, emphasis) and pipes escaped; a host's failure text cannot add a link or HTML."""
     if value is None or value == "":
         return DASH
-    return one_line(value).replace("|", "\\|")
+    return markdown_inline(one_line(value)).replace("|", "\\|")
 
 
 def _fmt(value, fmt):

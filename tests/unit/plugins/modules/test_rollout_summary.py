@@ -36,7 +36,7 @@ def test_writes_both_files_and_says_each_host_on_one_line(run, tmp_path):
     assert md[4] == ("| gpu-a01 | updated | 0.32.0 | modified | 0.33.0 | 21.8 | 35 (65.3 MB) | 2 | pristine | 81.7 | 2252 | ok |")
     assert md[5] == "| gpu-a02 | FAILED, rolled back | 0.32.0 | pristine | - | - | - | - | - | - | - | - |"
     # a failure with a pipe and a line break cannot break the table or add a line
-    assert "**gpu-a02**: cutover: not ready \\| within 60 s\\n[Service]" in md
+    assert "**gpu-a02**: cutover: not ready \\| within 60 s\\n\\[Service\\]" in md
     assert not any(line.startswith("[Service]") for line in md)
 
 
@@ -59,3 +59,12 @@ def test_an_unwritable_place_fails_with_the_lines(run, tmp_path):
     assert rc == 1 and result["msg"].startswith("Could not write the rollout summary into %s" % (tmp_path / "file" / "run"))
     assert result["failed_hosts"] == ["gpu-a02"] and len(result["lines"]) == 4
     assert not os.path.exists(tmp_path / "file" / "run")
+
+
+def test_a_failure_text_cannot_add_html_or_a_link_to_the_summary(run, tmp_path):
+    row = dict(ROWS[1], failure="<img src=x onerror=alert(1)> [fix here](https://example.invalid) *now*")
+    rc, result = run({"path": str(tmp_path), "rows": [row]})
+    md = (tmp_path / "summary.md").read_text()
+    assert rc == 0
+    assert "\\<img src=x onerror=alert(1)\\> \\[fix here\\](https://example.invalid) \\*now\\*" in md
+    assert "<img" not in md.replace("\\<img", "")
