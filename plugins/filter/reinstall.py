@@ -23,21 +23,34 @@ def _pristine_at(check, version):
     return check.get("pristine") is True and str(check.get("version") or "") == str(version)
 
 
+def _is_the_lock(fingerprint):
+    """An env_fingerprint result says: exactly the lock's packages, every one pristine (a skipped or missing
+    check says no)."""
+    if not isinstance(fingerprint, dict) or fingerprint.get("skipped"):
+        return False
+    return fingerprint.get("matches") is True and not fingerprint.get("not_pristine")
+
+
 def reinstall_plan(current_check, target_version, force=False, current_env="", reuse_check=None, reuse_env="",
-                   new_env=""):
+                   new_env="", locked=False, current_fingerprint=None, reuse_fingerprint=None):
     """What stage.yml does and which environment it leaves staged (see reinstall_plan.yml).
 
     none:  the current environment is the pristine target (and force is off)
     reuse: an environment staged earlier is (and force is off)
     build: anything else, into new_env
+    With locked, "the pristine target" also means: exactly the lock's packages, each pristine
+    (CURRENT_FINGERPRINT, REUSE_FINGERPRINT: env_fingerprint results against the lock).
     """
     if target_version is None or str(target_version).strip() == "":
         raise AnsibleFilterError("reinstall_plan needs the target version (reinstall_target_version from resolve.yml)")
     if not isinstance(force, bool):
         raise AnsibleFilterError("reinstall_plan: force must be true or false, got %r" % (force,))
-    if not force and _pristine_at(current_check, target_version):
+    if not isinstance(locked, bool):
+        raise AnsibleFilterError("reinstall_plan: locked must be true or false, got %r" % (locked,))
+    if not force and _pristine_at(current_check, target_version) and (not locked or _is_the_lock(current_fingerprint)):
         return {"action": "none", "env": current_env or "", "needed": False}
-    if not force and reuse_env and _pristine_at(reuse_check, target_version):
+    if (not force and reuse_env and _pristine_at(reuse_check, target_version)
+            and (not locked or _is_the_lock(reuse_fingerprint))):
         return {"action": "reuse", "env": reuse_env, "needed": True}
     return {"action": "build", "env": new_env or "", "needed": True}
 

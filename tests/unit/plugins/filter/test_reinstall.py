@@ -55,3 +55,35 @@ def test_plan_refuses_a_force_that_is_not_a_bool():
     # 'false' as text would read as true in Python: the role passes reinstall_force | bool
     with pytest.raises(AnsibleFilterError, match="force must be true or false, got 'false'"):
         reinstall_plan(PRISTINE, TARGET, force="false")
+
+
+THE_LOCK = {"changed": False, "matches": True, "not_pristine": [], "fingerprint": "sha256:" + "a" * 64}
+OTHER_SET = dict(THE_LOCK, matches=False, different=[{"name": "lark", "expected": "1.3.1", "found": "1.2.2"}])
+DEP_EDITED = dict(THE_LOCK, not_pristine=[{"name": "lark", "version": "1.3.1", "reason": "1 modified"}])
+
+LOCKED_CASES = {
+    # name: (current fingerprint, reuse fingerprint) -> (action, env); vLLM itself pristine at the target in both
+    "current holds exactly the lock": (THE_LOCK, SKIPPED, "none", CURRENT),
+    "current's dependencies differ from the lock, nothing staged": (OTHER_SET, SKIPPED, "build", NEW),
+    "current's dependencies differ, the earlier one holds the lock": (OTHER_SET, THE_LOCK, "reuse", EARLIER),
+    "current has an edited dependency, the earlier one too": (DEP_EDITED, DEP_EDITED, "build", NEW),
+    "no fingerprint of the current environment (skipped)": (SKIPPED, THE_LOCK, "reuse", EARLIER),
+    "fingerprints missing altogether": (None, None, "build", NEW),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOCKED_CASES))
+def test_locked_plan_needs_the_whole_environment_to_be_the_lock(name):
+    current_fp, reuse_fp, action, env = LOCKED_CASES[name]
+    plan = reinstall_plan(PRISTINE, TARGET, current_env=CURRENT, reuse_check=PRISTINE, reuse_env=EARLIER, new_env=NEW,
+                          locked=True, current_fingerprint=current_fp, reuse_fingerprint=reuse_fp)
+    assert plan == {"action": action, "env": env, "needed": action != "none"}
+
+
+def test_unlocked_plan_ignores_the_fingerprints():
+    assert reinstall_plan(PRISTINE, TARGET, current_fingerprint=OTHER_SET)["action"] == "none"
+
+
+def test_plan_refuses_a_locked_that_is_not_a_bool():
+    with pytest.raises(AnsibleFilterError, match="locked must be true or false"):
+        reinstall_plan(PRISTINE, TARGET, locked="yes")
