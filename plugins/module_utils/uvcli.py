@@ -134,9 +134,10 @@ def source_args(index_url="", extra_index_urls=(), find_links=(), no_index=False
     return argv
 
 
-def without_credentials(url):
-    """URL with any user:password@ part replaced by ***@ (for a message, a report or a lock header)."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1***@", url or "")
+def without_credentials(text):
+    """TEXT (a URL, or uv's words holding URLs) with each URL's user:password@ part replaced by ***@ (for a
+    message, a report or a lock header)."""
+    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1***@", text or "")
 
 
 def describe_sources(index_url="", extra_index_urls=(), find_links=(), no_index=False):
@@ -151,7 +152,7 @@ def describe_sources(index_url="", extra_index_urls=(), find_links=(), no_index=
 
 def uv_causes(stderr, limit=6):
     """uv's own error lines, shortened, for the end of a message."""
-    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
+    lines = [without_credentials(ln.strip()) for ln in (stderr or "").splitlines() if ln.strip()]
     lines = [ln for ln in lines if not ln.lower().startswith("warning:")]
     return " / ".join(lines[:limit])
 
