@@ -61,6 +61,7 @@ HEADER_KEYS = (
     ("fingerprint", "fingerprint"),
 )
 _META_OF = dict(HEADER_KEYS)
+_KNOWN_KEYS = ", ".join(key for key, _meta in HEADER_KEYS)
 
 #: the largest lock read (a whole vLLM environment with every platform's hashes is well under 1 MiB)
 MAX_BYTES = 4 * 1024 * 1024
@@ -213,8 +214,8 @@ def _requirement(parts, where):
         raise LockError("%s: %s has no --hash=sha256:... ; every pin of a lock carries the hashes of its files."
                         % (at, first))
     if len(hashes) > MAX_HASHES:
-        raise LockError("%s: %s has %d hashes, more than the %d a pin may have." % (at, first, len(hashes),
-                                                                                   MAX_HASHES))
+        raise LockError("%s: %s has %d hashes, more than the %d a pin may have."
+                        % (at, first, len(hashes), MAX_HASHES))
     return pin[0], {"name": pin[0], "version": pin[1], "hashes": hashes}
 
 
@@ -279,18 +280,18 @@ def parse_lock(text, where="the lock"):
         if not match:
             if line.startswith("# ") and re.match(r"# [A-Za-z][A-Za-z0-9_ -]{0,40}:", line):
                 raise LockError("%s, line %d: %s is not a header line this collection writes (%s)."
-                                % (where, number, shown(line), ", ".join(k for k, _ in HEADER_KEYS)))
+                                % (where, number, shown(line), _KNOWN_KEYS))
             break
         key = match.group(1)
         if key not in _META_OF:
             raise LockError("%s, line %d: unknown header key %r (known: %s)."
-                            % (where, number, key, ", ".join(k for k, _ in HEADER_KEYS)))
+                            % (where, number, key, _KNOWN_KEYS))
         if _META_OF[key] in meta:
             raise LockError("%s, line %d: header key %r is given twice." % (where, number, key))
         meta[_META_OF[key]] = _meta_value(_META_OF[key], match.group(2), where, number)
     else:
         number = len(lines) + 1
-    missing = [k for k, m in HEADER_KEYS if m not in meta]
+    missing = [key for key, name in HEADER_KEYS if name not in meta]
     if missing:
         raise LockError("%s: the header lacks %s; it was not written by this collection or was cut."
                         % (where, ", ".join(missing)))
@@ -306,8 +307,8 @@ def parse_lock(text, where="the lock"):
     if pinned is None:
         raise LockError("%s: the package of its header, %s, is not among its pins." % (where, meta["package"]))
     if pinned["version"] != version:
-        raise LockError("%s: the header names %s but the pin is %s==%s." % (where, meta["package"], name,
-                                                                          pinned["version"]))
+        raise LockError("%s: the header names %s but the pin is %s==%s."
+                        % (where, meta["package"], name, pinned["version"]))
     return {"meta": meta, "packages": packages, "fingerprint": fingerprint,
             "package": {"name": name, "version": version}}
 
