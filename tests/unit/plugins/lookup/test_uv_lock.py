@@ -12,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zipfile
@@ -236,6 +237,32 @@ open(out, 'w').write('vllm==0.34.0 \\\\\\n    --hash=sha256:' + 'a' * 64 + '\\n 
     assert "s3cret" not in text
     assert "# sources: index https://***@mirror.example/simple\n" in text
     assert "# from https://***@mirror.example/simple" in text
+
+
+def test_an_output_larger_than_a_lock_may_be_is_refused_unread(tmp_path):
+    uv = fake_uv(tmp_path, """if sys.argv[1] == '--version':
+    print('uv 0.13.9')
+    sys.exit(0)
+out = sys.argv[sys.argv.index('--output-file') + 1]
+open(out, 'w').write('vllm==0.34.0 --hash=sha256:' + 'a' * 64 + '\\n' + '# via x\\n' * (1024 * 1024))
+""")
+    with pytest.raises(uvcli.UvError) as err:
+        ul.lock(["vllm"], index_url="http://127.0.0.1:9/simple", python_version="3.12", uv=uv, timeout=20)
+    assert err.value.kind == "bad_lock"
+    assert "larger than the 4 MiB a lock may have" in err.value.message
+
+
+@needs_uv
+def test_no_temporary_file_is_left_behind(house, tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    offline(house, exclude=["gguf"])
+    with pytest.raises(uvcli.UvError):
+        offline(house, "vllm==0.99.0", exclude=["gguf"])
+    with pytest.raises(uvcli.UvError):
+        ul.lock(["vllm"], python_version="3.12", uv=fake_uv(tmp_path, "time.sleep(300)\n"), timeout=1)
+    assert os.listdir(str(scratch)) == []
 
 
 def never(*args, **kwargs):
