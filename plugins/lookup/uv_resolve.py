@@ -133,63 +133,28 @@ _raw:
   elements: str
 """
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 
 from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
+from ansible_collections.gpufleet.vllm.plugins.module_utils import uvcli
 
 LATEST = ("", "latest")
 # A PEP 440 version, with an optional local part (nightlies: 0.16.0rc2.dev344+gea5f903f8).
 EXACT_VERSION_RE = re.compile(r"^v?[0-9][0-9A-Za-z.!+_-]*$")
-SPECIFIER_RE = re.compile(r"^\s*(===|==|~=|!=|>=|<=|<|>)\s*[0-9A-Za-z.*!+_-]+\s*$")
 NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
-CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-PYTHON_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
-PLATFORM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-STDOUT_CAP = 1024 * 1024
-STDERR_TAIL = 64 * 1024
+SPECIFIER_RE = uvcli.SPECIFIER_RE
+STDOUT_CAP = uvcli.STDOUT_CAP
+STDERR_TAIL = uvcli.STDERR_TAIL
 
-NOT_FOUND_MARKERS = (
-    "there is no version of",
-    "was not found in the package registry",
-    "was not found in the provided package locations",
-    "is available and you require",
-    "are available and you require",
-    "no versions of",
-    "only pre-release versions",
-    "requirements are unsatisfiable",
-)
-UNREACHABLE_MARKERS = (
-    "failed to fetch",
-    "error sending request",
-    "dns error",
-    "connection refused",
-    "tcp connect error",
-    "timed out",
-    "request failed after",
-    "network is unreachable",
-    "certificate",
-    "401 unauthorized",
-    "403 forbidden",
-    "407 proxy",
-)
-FIND_LINKS_MARKERS = ("failed to read `--find-links`", "failed to read --find-links")
-
-
-class ResolveError(Exception):
-    """A resolution that failed; kind is not_found, unreachable, find_links, bad_input, no_uv or uv_error."""
-
-    def __init__(self, kind, message):
-        super(ResolveError, self).__init__(message)
-        self.kind = kind
-        self.message = message
+# The running of uv, its checks and its error sentences are shared with the uv_lock lookup (module_utils/uvcli).
+ResolveError = uvcli.UvError
+check_values = uvcli.check_values
+classify = uvcli.classify
+describe_sources = uvcli.describe_sources
+find_uv = uvcli.find_uv
 
 
 def normalize_name(name):
@@ -221,61 +186,13 @@ def requirement(name, version):
         "or a specifier such as '>=0.32,<0.34'." % (request, name))
 
 
-def _bad(what, value, why):
-    return ResolveError("bad_input", "%s %s %s; nothing was run." % (what, _shown(value), why))
-
-
-def _shown(value):
-    text = repr(value)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def check_values(index_url="", extra_index_urls=(), find_links=(), python_version="", python_platform="", uv="",
-                 timeout=120, environment=None):
-    """Raise ResolveError (bad_input) for a value that must not reach uv's command line or environment."""
-    values = [("index_url", index_url)] + [("extra_index_urls item", u) for u in extra_index_urls or ()]
-    values += [("find_links item", f) for f in find_links or ()]
-    values += [("python_version", python_version), ("python_platform", python_platform), ("uv", uv)]
-    for what, value in values:
-        if not value:
-            continue
-        if CONTROL_RE.search(value):
-            raise _bad(what, value, "holds a control character (a newline, tab, NUL...)")
-        if value.startswith("-"):
-            raise _bad(what, value, "starts with '-' and would be read as an option of uv")
-    if python_version and not PYTHON_VERSION_RE.match(python_version):
-        raise _bad("python_version", python_version, "is not a Python version such as 3.12")
-    if python_platform and not PLATFORM_RE.match(python_platform):
-        raise _bad("python_platform", python_platform, "is not a platform such as x86_64-manylinux_2_28")
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1:
-        raise _bad("timeout", timeout, "is not a whole number of seconds of at least 1")
-    for key, value in (environment or {}).items():
-        if not ENV_NAME_RE.match(str(key)):
-            raise _bad("environment variable name", str(key), "is not a name (letters, digits, _)")
-        if "\x00" in str(value):
-            raise ResolveError("bad_input", "environment variable %s holds a NUL character; nothing was run." % (key,))
-
-
 def build_argv(uv, index_url="", extra_index_urls=(), find_links=(), no_index=False,
                prerelease="", python_version="", python_platform=""):
     """The argv of `uv pip compile` reading one requirement from stdin."""
     argv = [uv, "pip", "compile", "-", "--no-deps", "--no-header", "--no-annotate", "--no-cache",
             "--no-config", "--no-progress", "--color", "never", "--no-python-downloads"]
-    if index_url:
-        argv += ["--index-url", index_url]
-    for url in extra_index_urls or ():
-        argv += ["--extra-index-url", url]
-    for link in find_links or ():
-        argv += ["--find-links", link]
-    if no_index:
-        argv.append("--no-index")
-    if prerelease:
-        argv += ["--prerelease", prerelease]
-    if python_version:
-        argv += ["--python-version", python_version]
-    if python_platform:
-        argv += ["--python-platform", python_platform]
-    return argv
+    return argv + uvcli.source_args(index_url, extra_index_urls, find_links, no_index, prerelease,
+                                    python_version, python_platform)
 
 
 def parse_version(stdout, name):
@@ -289,70 +206,6 @@ def parse_version(stdout, name):
     return None
 
 
-def describe_sources(index_url="", extra_index_urls=(), find_links=(), no_index=False):
-    """Where the version was looked for, in words."""
-    parts = []
-    if not no_index:
-        parts.append("index %s" % (index_url or "(uv's default, PyPI)"))
-        parts.extend("extra index %s" % u for u in extra_index_urls or ())
-    parts.extend("find-links %s" % f for f in find_links or ())
-    return ", ".join(parts) if parts else "no source at all (no_index without find_links)"
-
-
-def uv_causes(stderr, limit=6):
-    """uv's own error lines, shortened, for the end of a message."""
-    lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.lower().startswith("warning:")]
-    return " / ".join(lines[:limit])
-
-
-def classify(stderr, req, sources):
-    """A ResolveError for uv's error output."""
-    low = (stderr or "").lower()
-    detail = uv_causes(stderr)
-    if any(m in low for m in FIND_LINKS_MARKERS):
-        return ResolveError(
-            "find_links",
-            "A wheelhouse (find-links) could not be read on the control node while resolving %s from %s. "
-            "Check that the directory exists and is readable. uv said: %s" % (req, sources, detail))
-    if any(m in low for m in UNREACHABLE_MARKERS):
-        return ResolveError(
-            "unreachable",
-            "The package index could not be reached from the control node while resolving %s from %s. "
-            "Check the URL, the network or proxy, and credentials; nothing was changed on any host. uv said: %s"
-            % (req, sources, detail))
-    if any(m in low for m in NOT_FOUND_MARKERS):
-        return ResolveError(
-            "not_found",
-            "No build matching %s was found in %s. Check the requested version (for nightlies use the exact "
-            "version the index lists, or 'latest') and the index URLs; nothing was changed on any host. uv said: %s"
-            % (req, sources, detail))
-    return ResolveError("uv_error", "uv could not resolve %s from %s: %s" % (req, sources, detail or "no output"))
-
-
-def find_uv(uv=""):
-    """The uv executable to run: the given one, uv on PATH, or the uv Python package's binary."""
-    if uv:
-        found = shutil.which(uv) if os.sep not in uv else (uv if os.access(uv, os.X_OK) else None)
-        if not found:
-            raise ResolveError("no_uv", "The uv executable %r was not found on the control node." % (uv,))
-        return found
-    found = shutil.which("uv")
-    if found:
-        return found
-    try:
-        import uv as uv_package  # pylint: disable=import-outside-toplevel
-        found = uv_package.find_uv_bin()
-    except Exception:  # pylint: disable=broad-except
-        found = None
-    if found and os.access(found, os.X_OK):
-        return found
-    raise ResolveError(
-        "no_uv",
-        "uv was not found on the control node (not on PATH, and the Python that runs Ansible has no 'uv' package). "
-        "Install it (for example 'pip install uv') or give its path.")
-
-
 def resolve(name, version="latest", index_url="", extra_index_urls=(), find_links=(), no_index=False,
             prerelease="", python_version="", python_platform="", uv="", timeout=120, environment=None,
             runner=None):
@@ -364,11 +217,7 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
     uv_bin = find_uv(uv)
     argv = build_argv(uv_bin, index_url, extra_index_urls, find_links, no_index, prerelease,
                       python_version, python_platform)
-    env = dict(os.environ)
-    env.setdefault("UV_HTTP_TIMEOUT", str(timeout))
-    env["NO_COLOR"] = "1"
-    for key, value in (environment or {}).items():
-        env[str(key)] = str(value)
+    env = uvcli.uv_environment(timeout, environment)
     sources = describe_sources(index_url, extra_index_urls, find_links, no_index)
     run = runner or _run
     try:
@@ -391,26 +240,12 @@ def resolve(name, version="latest", index_url="", extra_index_urls=(), find_link
 
 
 def _run(argv, stdin, env, timeout):
-    """Run uv with :func:`bounded.run_bounded` (a session of its own, killed whole when TIMEOUT passes), in an
-    empty working directory, STDIN given as text.
+    """Run uv bounded (:func:`uvcli.run_uv`) in an empty temporary directory, STDIN given as text.
 
     -> (rc, first STDOUT_CAP bytes of stdout, last STDERR_TAIL bytes of stderr); TimeoutExpired on timeout,
     OSError when uv could not be started.
     """
-    workdir = tempfile.mkdtemp(prefix="gpufleet-uv-resolve-")
-    try:
-        rc, out, err = bounded.run_bounded(argv, timeout, max_output=STDOUT_CAP, env=env, stdin=stdin, cwd=workdir,
-                                           stdout_head=True)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if bounded.timed_out(rc, err):
-        raise subprocess.TimeoutExpired(argv, timeout)
-    if bounded.not_started(rc, err):
-        raise OSError(err)
-
-    def text(value):
-        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    return rc, text(out), text(err)[-STDERR_TAIL:]
+    return uvcli.run_uv(argv, stdin, env, timeout, prefix="gpufleet-uv-resolve-")
 
 
 class LookupModule(LookupBase):

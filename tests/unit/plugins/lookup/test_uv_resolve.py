@@ -268,3 +268,10 @@ def test_the_real_wheelhouse():
         pytest.skip("no wheelhouse at %s" % house)
     assert ur.resolve("vllm", find_links=[house], no_index=True, python_version="3.11",
                       python_platform="x86_64-manylinux_2_28") == "0.33.0"
+
+
+def test_index_credentials_stay_out_of_the_messages():
+    sources = ur.describe_sources("https://bob:s3cret@mirror.example/simple", ["https://tok@x.example/nightly"])
+    assert sources == "index https://***@mirror.example/simple, extra index https://***@x.example/nightly"
+    err = ur.classify("error: Failed to fetch: https://bob:s3cret@mirror.example/simple/vllm/", "vllm", sources)
+    assert err.kind == "unreachable" and "***@mirror.example" in err.message and "s3cret" not in err.message
