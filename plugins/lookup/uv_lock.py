@@ -32,9 +32,15 @@ options:
       - The requirements, each a package name with an optional PEP 440 version specifier, for example
         V(vllm==0.33.0), V(vllm==0.16.0rc2.dev344+gea5f903f8), V(vllm>=0.32,<0.34) or V(nvidia-ml-py). No markers,
         extras, URLs or options.
-    required: true
+      - Empty with O(lock_file).
     type: list
     elements: str
+  lock_file:
+    description:
+      - A lock kept by an earlier run (a path on the control node). It is read and checked (its header, every pin with
+        its hashes, its fingerprint against its pins) and returned as it is; nothing is resolved and no requirement
+        may be given. This is how a fleet rolls out exactly a previous lock.
+    type: path
   package:
     description:
       - The package the lock is about (its header's C(package) line, C(name==version)). Empty for the first term's
@@ -74,9 +80,10 @@ options:
     default: ""
     choices: ["", disallow, allow, if-necessary, explicit, if-necessary-or-explicit]
   python_version:
-    description: The hosts' Python version, V(3.12) (uv C(--python-version)); the lock is for this Python only.
+    description:
+      - The hosts' Python version, V(3.12) (uv C(--python-version)); the lock is for this Python only.
+      - Required unless O(lock_file) is given.
     type: str
-    required: true
   python_platform:
     description:
       - The hosts' platform (uv C(--python-platform)), for example V(x86_64-manylinux_2_36) for x86-64 hosts with
@@ -97,6 +104,12 @@ options:
     type: list
     elements: str
     default: []
+  torch_backend:
+    description:
+      - uv's PyTorch index selection (C(--torch-backend), for example V(auto), V(cu130), V(cpu)); empty to leave it
+        out. The hosts install with the same value, so the wheels come from the same index.
+    type: str
+    default: ""
   allow_builds:
     description:
       - Let uv build source distributions on the control node to read their metadata. By default only wheels are
@@ -201,6 +214,7 @@ import datetime
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -212,6 +226,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, pkg
 
 _REQ_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(.*)\Z")
 _PYTHON_XY = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\Z")
+_TORCH_BACKEND = re.compile(r"[a-z][a-z0-9.-]{0,31}\Z")
 _FROM = re.compile(r"(\s*# from )(\S.*)\Z")
 VERSION_TIMEOUT = 20
 
@@ -308,9 +323,34 @@ def _same_index(one, other):
     return uvcli.without_credentials(one).rstrip("/") == uvcli.without_credentials(other).rstrip("/")
 
 
+def read_lock_file(path, limit=lockfile.MAX_BYTES):
+    """The text of the lock at PATH (a regular file, at most LIMIT bytes), checked by lockfile.parse_lock;
+    UvError (bad_lock) otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise uvcli.UvError("bad_lock", "The lock %s cannot be read: %s. Nothing was changed on any host."
+                            % (path, exc.strerror or exc))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise uvcli.UvError("bad_lock", "The lock %s is not a regular file. Nothing was changed on any host." % path)
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise uvcli.UvError("bad_lock", "The lock %s is larger than %d bytes, more than a lock holds. Nothing was "
+                            "changed on any host." % (path, limit))
+    text = data.decode("utf-8", "surrogateescape")
+    try:
+        lockfile.parse_lock(text, where="the lock %s" % path)
+    except lockfile.LockError as exc:
+        raise uvcli.UvError("bad_lock", "%s Nothing was changed on any host." % to_native(exc))
+    return text
+
+
 def lock(terms, package="", package_index="", index_url="", extra_index_urls=(), find_links=(), no_index=False,
          prerelease="", python_version="", python_platform="x86_64-manylinux_2_28", exclude=(), overrides=(),
-         allow_builds=False, uv="", timeout=300, environment=None, runner=None, now=None):
+         allow_builds=False, uv="", timeout=300, environment=None, runner=None, now=None, torch_backend=""):
     """The lock text of TERMS for the hosts' Python and platform; UvError (kind and sentence) otherwise."""
     if not terms:
         raise uvcli.UvError("bad_input", "No requirement was given to lock (for example 'vllm==0.33.0').")
@@ -343,6 +383,8 @@ def lock(terms, package="", package_index="", index_url="", extra_index_urls=(),
                             "x86_64-manylinux_2_28; nothing was run.")
     uvcli.check_values(index_url, extra_index_urls, find_links, python_version, python_platform, uv, timeout,
                        environment)
+    if torch_backend and not _TORCH_BACKEND.match(torch_backend):
+        raise uvcli.bad("torch_backend", torch_backend, "is not a uv torch backend such as auto, cu130 or cpu")
     if package_index:
         uvcli.check_values(index_url=package_index)
     package_name = names[0]
@@ -365,6 +407,8 @@ def lock(terms, package="", package_index="", index_url="", extra_index_urls=(),
                 "--output-file", output]
         if not allow_builds:
             argv.append("--no-build")
+        if torch_backend:
+            argv += ["--torch-backend", torch_backend]
         if override_lines or excluded:
             override_file = os.path.join(workdir, "overrides.txt")
             with open(override_file, "w") as handle:
@@ -433,6 +477,14 @@ class LookupModule(LookupBase):
 
     def run(self, terms, variables=None, **kwargs):
         self.set_options(var_options=variables, direct=kwargs)
+        lock_path = self.get_option("lock_file")
+        if lock_path:
+            if terms:
+                raise AnsibleLookupError("uv_lock: give requirements to resolve or lock_file to read, not both.")
+            try:
+                return [read_lock_file(to_text(lock_path))]
+            except uvcli.UvError as exc:
+                raise AnsibleLookupError(exc.message)
         opts = dict(
             package=to_text(self.get_option("package") or ""),
             package_index=to_text(self.get_option("package_index") or ""),
@@ -446,6 +498,7 @@ class LookupModule(LookupBase):
             exclude=[to_text(e) for e in self.get_option("exclude") or []],
             overrides=[to_text(o) for o in self.get_option("overrides") or []],
             allow_builds=bool(self.get_option("allow_builds")),
+            torch_backend=to_text(self.get_option("torch_backend") or ""),
             uv=to_text(self.get_option("uv") or ""),
             timeout=self.get_option("timeout"),
             environment=self.get_option("environment") or {},

@@ -439,3 +439,61 @@ def test_the_lookup_plugin(house):
     with pytest.raises(AnsibleLookupError) as err:
         lookup.run(["vllm==0.99.0"], variables={}, find_links=[house], no_index=True, python_version=PY)
     assert "No build matching vllm==0.99.0" in str(err.value)
+
+
+# --- a kept lock, no_deps, torch_backend -----------------------------------------------------------------------
+
+@needs_uv
+def test_a_kept_lock_is_read_back_as_it_is_and_nothing_is_resolved(house, tmp_path):
+    text = offline(house)
+    kept = tmp_path / "fleet.lock"
+    kept.write_text(text)
+    lookup = loaded_lookup()
+    # no index, no uv needed: a lock file is read, never resolved again
+    assert lookup.run([], variables={}, lock_file=str(kept), uv="/nonexistent/uv") == [text]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("edited", "edited after it was made"),
+    ("missing", "cannot be read: No such file or directory"),
+    ("directory", "is not a regular file"),
+    ("fifo", "is not a regular file"),
+    ("huge", "is larger than 4194304 bytes"),
+    ("not_a_lock", "missing header"),
+])
+def test_a_kept_lock_that_is_not_one_is_refused(house, tmp_path, case, words):
+    kept = tmp_path / "fleet.lock"
+    if case == "edited":
+        kept.write_text(offline(house).replace("lark==1.3.1", "lark==1.2.2"))
+    elif case == "directory":
+        kept.mkdir()
+    elif case == "fifo":
+        os.mkfifo(str(kept))
+    elif case == "huge":
+        kept.write_bytes(b"#" * (lockfile.MAX_BYTES + 1))
+    elif case == "not_a_lock":
+        kept.write_text("vllm==0.33.0\n")
+    with pytest.raises(AnsibleLookupError) as err:
+        loaded_lookup().run([], variables={}, lock_file=str(kept))
+    assert words in str(err.value)
+    assert "Nothing was changed on any host." in str(err.value)
+
+
+def test_a_kept_lock_and_requirements_together_are_refused(tmp_path):
+    with pytest.raises(AnsibleLookupError, match="not both"):
+        loaded_lookup().run(["vllm"], variables={}, lock_file=str(tmp_path / "fleet.lock"))
+
+
+def test_a_torch_backend_reaches_uv_and_a_bad_one_is_refused(house):
+    seen = []
+
+    def runner(argv, stdin, env, timeout, workdir=None):
+        seen.append(argv)
+        return 1, "", "error: boom"
+
+    with pytest.raises(uvcli.UvError):
+        offline(house, torch_backend="cu130", runner=runner, uv=sys.executable)
+    compile_argv = [argv for argv in seen if "compile" in argv][0]
+    assert compile_argv[compile_argv.index("--torch-backend") + 1] == "cu130"
+    with pytest.raises(uvcli.UvError, match="torch_backend"):
+        offline(house, torch_backend="--index-url=http://x", runner=runner, uv=sys.executable)
