@@ -21,7 +21,8 @@ nightly (``0.33.1.dev7+g<12 hex of a commit>``). The copy is a real wheel:
 
 Built once, reused: the output directory keeps a stamp per wheel made of the
 source wheel's sha256, this script's sha256 and the options; a later run with
-the same input finds the wheel in a moment (the wheel's size is checked too).
+the same input finds the wheel in a moment (its sha256 is checked: a wheel
+edited on disk since, a tampered mirror's test, is made again).
 
 Command line (scripts/bootstrap.sh, the tests)::
 
@@ -282,13 +283,14 @@ def main(argv=None):
         stamp = os.path.join(args.out_dir, ".built-%s-%s" % (os.path.basename(args.source)[:-len(".whl")], key))
         if os.path.isfile(stamp):
             with open(stamp) as handle:
-                path, size = handle.read().split("\t")
-            if os.path.isfile(path) and str(os.path.getsize(path)) == size.strip():
-                print("%s\t%s" % (path, commit))
+                fields = handle.read().split()
+            # the wheel as it was written (a wheel edited on disk is made again)
+            if len(fields) == 2 and os.path.isfile(fields[0]) and sha256_file(fields[0]) == fields[1]:
+                print("%s\t%s" % (fields[0], commit))
                 return 0
         path = rebuild(args.source, args.out_dir, version, pins, adds)
         with open(stamp + ".tmp", "w") as handle:
-            handle.write("%s\t%d\n" % (path, os.path.getsize(path)))
+            handle.write("%s\t%s\n" % (path, sha256_file(path)))
         os.replace(stamp + ".tmp", stamp)
     except (RebuildError, OSError, zipfile.BadZipFile) as exc:
         print("rebuild_wheel: %s" % exc, file=sys.stderr)

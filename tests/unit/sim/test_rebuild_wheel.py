@@ -111,9 +111,12 @@ def test_same_input_same_bytes_and_the_stamp_skips_a_second_build(tmp_path, caps
     inode = os.stat(first).st_ino
     again, dummy = build(capsys, source, tmp_path / "a")
     assert again == first and os.stat(again).st_ino == inode      # reused, not rewritten
-    # a damaged output (another size) is rebuilt
-    with open(first, "ab") as handle:
-        handle.write(b"junk")
+    # an output edited on disk since (same size) is made again
+    with open(first, "r+b") as handle:
+        handle.seek(100)
+        byte = handle.read(1)
+        handle.seek(100)
+        handle.write(bytes([byte[0] ^ 1]))
     again, dummy = build(capsys, source, tmp_path / "a")
     assert os.stat(again).st_ino != inode
     with open(again, "rb") as a, open(second, "rb") as b:
