@@ -33,7 +33,8 @@ PID_FILE="$RUN_DIR/index.pid"
 LOG_FILE="$GPUFLEET_CACHE/logs/index.log"
 SERVER="$REPO_ROOT/tests/sim/index_server.py"
 START_WAIT=30     # seconds for the index to answer after it starts
-STOP_WAIT=10      # seconds for it to stop on SIGTERM before SIGKILL
+STOP_WAIT="${GPUFLEET_INDEX_STOP_WAIT:-10}"   # seconds for it to stop on SIGTERM before SIGKILL
+[[ "$STOP_WAIT" =~ ^(0|[1-9][0-9]{0,2})$ ]] || die "GPUFLEET_INDEX_STOP_WAIT=$STOP_WAIT is not a number of seconds (0-999)"
 
 [[ "$GPUFLEET_INDEX_PORT" =~ ^[0-9]+$ ]] && ((GPUFLEET_INDEX_PORT >= 1 && GPUFLEET_INDEX_PORT <= 65535)) \
   || die "GPUFLEET_INDEX_PORT=$GPUFLEET_INDEX_PORT is not a TCP port (1-65535)"
@@ -83,6 +84,14 @@ ensure_bridge() {
   is_local_addr "$a" || die "the podman bridge's gateway $a is still not an address of this machine after a container ran (podman network inspect podman); the index listens only there"
 }
 
+# a process that has exited but is not reaped yet (a zombie, its parent
+# being init) is stopped
+alive() {
+  local state
+  state="$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null || true)"
+  [[ -n "$state" && "$state" != Z ]]
+}
+
 stop() {
   local pid i
   if ! pid="$(running_pid)"; then
@@ -90,11 +99,11 @@ stop() {
     return 0
   fi
   kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < STOP_WAIT * 5; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
+  for ((i = 0; i < STOP_WAIT * 10; i++)); do
+    alive "$pid" || break
+    sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     log "the index (pid $pid) did not stop in ${STOP_WAIT} s: killing it"
     kill -KILL "$pid" 2>/dev/null || true
   fi
@@ -127,7 +136,7 @@ up() {
     >>"$LOG_FILE" 2>&1 </dev/null &
   pid=$!
   for ((i = 0; i < START_WAIT * 5; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
+    if ! alive "$pid"; then
       rm -f "$PID_FILE"
       die "the index did not start: $(grep 'index_server:' "$LOG_FILE" | tail -n 1 || echo "see $LOG_FILE")"
     fi
