@@ -28,7 +28,8 @@ set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-RUN_DIR="$GPUFLEET_INDEX_DIR/run"
+INDEX_DIR="${GPUFLEET_INDEX_DIR:?set by lib.sh}"
+RUN_DIR="$INDEX_DIR/run"
 PID_FILE="$RUN_DIR/index.pid"
 LOG_FILE="$GPUFLEET_CACHE/logs/index.log"
 SERVER="$REPO_ROOT/tests/sim/index_server.py"
@@ -36,8 +37,9 @@ START_WAIT=30     # seconds for the index to answer after it starts
 STOP_WAIT="${GPUFLEET_INDEX_STOP_WAIT:-10}"   # seconds for it to stop on SIGTERM before SIGKILL
 [[ "$STOP_WAIT" =~ ^(0|[1-9][0-9]{0,2})$ ]] || die "GPUFLEET_INDEX_STOP_WAIT=$STOP_WAIT is not a number of seconds (0-999)"
 
-[[ "$GPUFLEET_INDEX_PORT" =~ ^[0-9]+$ ]] && ((GPUFLEET_INDEX_PORT >= 1 && GPUFLEET_INDEX_PORT <= 65535)) \
-  || die "GPUFLEET_INDEX_PORT=$GPUFLEET_INDEX_PORT is not a TCP port (1-65535)"
+if ! [[ "$GPUFLEET_INDEX_PORT" =~ ^[1-9][0-9]{0,4}$ ]] || ((GPUFLEET_INDEX_PORT > 65535)); then
+  die "GPUFLEET_INDEX_PORT=$GPUFLEET_INDEX_PORT is not a TCP port (1-65535)"
+fi
 
 addr() {
   [[ -n "$GPUFLEET_INDEX_ADDR" ]] || die "no address for the index: podman's default network has no gateway (podman network inspect podman); set GPUFLEET_INDEX_ADDR"
@@ -114,8 +116,9 @@ up() {
   local a url pid i t0
   a="$(addr)"
   url="http://$a:$GPUFLEET_INDEX_PORT/simple/"
-  [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c 'import pypiserver' 2>/dev/null \
-    || die "pypiserver is not installed in $VENV: run scripts/bootstrap.sh (requirements/control.txt)"
+  if ! "$VENV/bin/python" -c 'import pypiserver' 2>/dev/null; then
+    die "pypiserver is not installed in $VENV: run scripts/bootstrap.sh (requirements/control.txt)"
+  fi
   [[ -d "$GPUFLEET_WHEELHOUSE" ]] || die "no wheelhouse at $GPUFLEET_WHEELHOUSE: run scripts/bootstrap.sh first"
   if pid="$(running_pid)"; then
     if answers "$url"; then
@@ -126,13 +129,13 @@ up() {
     stop
   fi
   ensure_bridge "$a"
-  mkdir -p "$GPUFLEET_INDEX_DIR/nightly" "$GPUFLEET_INDEX_DIR/commits" "$RUN_DIR" "$(dirname "$LOG_FILE")"
+  mkdir -p "$INDEX_DIR/nightly" "$INDEX_DIR/commits" "$RUN_DIR" "$(dirname "$LOG_FILE")"
   rm -f "$PID_FILE"
   t0=$(now)
   # its own session (setsid): a Ctrl-C in the shell that started it does not stop it
   setsid "$VENV/bin/python" "$SERVER" --host "$a" --port "$GPUFLEET_INDEX_PORT" \
-    --root "$GPUFLEET_WHEELHOUSE" --root "$GPUFLEET_INDEX_DIR/nightly" \
-    --commits "$GPUFLEET_INDEX_DIR/commits" --ready-file "$PID_FILE" \
+    --root "$GPUFLEET_WHEELHOUSE" --root "$INDEX_DIR/nightly" \
+    --commits "$INDEX_DIR/commits" --ready-file "$PID_FILE" \
     >>"$LOG_FILE" 2>&1 </dev/null &
   pid=$!
   for ((i = 0; i < START_WAIT * 5; i++)); do
@@ -160,14 +163,14 @@ publish() {
   name="$(basename "$wheel")"
   [[ "$name" =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$ ]] || die "$name is not a wheel's file name"
   [[ -z "$commit" || "$commit" =~ ^[0-9a-f]{40}$ ]] || die "commit $commit: expected 40 lowercase hex digits"
-  nightly="$GPUFLEET_INDEX_DIR/nightly"
+  nightly="$INDEX_DIR/nightly"
   mkdir -p "$nightly"
   if ! [[ "$wheel" -ef "$nightly/$name" ]] && ! cmp -s "$wheel" "$nightly/$name"; then
     cp -f --reflink=auto "$wheel" "$nightly/.publish-$$-$name"
     mv -f "$nightly/.publish-$$-$name" "$nightly/$name"
   fi
   if [[ -n "$commit" ]]; then
-    target="$GPUFLEET_INDEX_DIR/commits/$commit"
+    target="$INDEX_DIR/commits/$commit"
     mkdir -p "$target"
     if ! [[ "$nightly/$name" -ef "$target/$name" ]]; then
       ln -f "$nightly/$name" "$target/.publish-$$-$name" 2>/dev/null \

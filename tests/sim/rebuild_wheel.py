@@ -247,7 +247,7 @@ def rebuild(source, out_dir, version, pins, adds):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("source")
     parser.add_argument("out_dir")
     parser.add_argument("--version", default="0.33.1.dev7")
