@@ -230,6 +230,10 @@ def test_per_commit_index_has_the_commits_build_only_and_unknown_commits_are_404
     lock = compile_lock(world, "vllm", "commit", "--extra-index-url", "%s/%s/" % (world["base"], COMMIT))
     assert pins(lock)["vllm"] == "0.33.1.dev7+gfeedc0defeed" and pins(lock)["lark"] == "1.3.1"
     assert "--hash=sha256:" in lock
+    # an unknown commit: uv takes its index's 404 as "not here" and goes on to the main index, silently
+    # (the stable build): whoever resolves "nightly at commit X" must ask <commit>/vllm/ itself first
+    lock = compile_lock(world, "vllm", "unknown", "--extra-index-url", "%s/%s/" % (world["base"], "0" * 40))
+    assert pins(lock)["vllm"] == "0.33.0"
 
 
 def test_up_on_a_port_taken_by_another_program_fails_clearly(world):
