@@ -7,7 +7,8 @@
 #   2. .venv with the pinned control-node packages (requirements/control.txt)
 #   3. the collection made visible to ansible as gpufleet.vllm
 #   4. the wheelhouse (the fleet's offline mirror) and, from it, the bench
-#      environment (vLLM with its dependencies) the simulated hosts mount
+#      environment (vLLM with its dependencies) the simulated hosts mount;
+#      the test world's index: the newer vLLM build and what only it needs
 #   5. the fake NVML library and the simulated host image
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -90,6 +91,27 @@ if [[ ! -f "$GPUFLEET_BENCH_ENV/.installed-$BENCH_HASH" ]]; then
   touch "$GPUFLEET_BENCH_ENV.partial/.installed-$BENCH_HASH"
   rm -rf "$GPUFLEET_BENCH_ENV" && mv "$GPUFLEET_BENCH_ENV.partial" "$GPUFLEET_BENCH_ENV"
 fi
+
+# --- 4b. the test world's package index: the "nightly" directory -----------
+# scripts/index.sh serves the wheelhouse and this directory as one index.
+# The dependencies that only the newer vLLM build needs (downloaded here, not
+# into the wheelhouse), then that build itself, made from the real vLLM wheel
+# (tests/sim/rebuild_wheel.py: re-versioned like a nightly, lark 1.2.2 ->
+# 1.3.1, gguf added; cached: the same input is not built twice), also served
+# at its commit's per-commit index (<commit>/, vLLM's nightly layout).
+GPUFLEET_WHEELHOUSE="$GPUFLEET_INDEX_DIR/nightly" \
+  "$REPO_ROOT/scripts/wheelhouse.sh" "$REPO_ROOT/requirements/index-nightly.txt"
+VLLM_SOURCES=("$GPUFLEET_WHEELHOUSE"/vllm-0.33.0-*.whl)
+VLLM_SOURCE="${VLLM_SOURCES[0]}"
+[[ -f "$VLLM_SOURCE" ]] || die "no vllm 0.33.0 wheel in $GPUFLEET_WHEELHOUSE to build the nightly from"
+T_NIGHTLY=$(now)
+NIGHTLY="$("$VENV/bin/python" "$REPO_ROOT/tests/sim/rebuild_wheel.py" "$VLLM_SOURCE" "$GPUFLEET_INDEX_DIR/nightly" \
+  --version 0.33.1.dev7 --pin lark==1.3.1 --add gguf==0.19.0)" \
+  || die "could not build the test world's nightly vLLM from $VLLM_SOURCE"
+"$REPO_ROOT/scripts/index.sh" publish "${NIGHTLY%%$'\t'*}" "${NIGHTLY##*$'\t'}" >/dev/null
+# (the wheel and its commit, for the tests and scenarios that roll out to it)
+printf '%s\n' "$NIGHTLY" >"$GPUFLEET_INDEX_DIR/nightly-build"
+log "nightly vLLM for the test world's index: $(basename "${NIGHTLY%%$'\t'*}") ($(( $(now) - T_NIGHTLY )) s)"
 
 # --- 5. fake NVML library, simulated model directory, host image -------------
 "$VENV/bin/python" "$REPO_ROOT/tests/sim/fakenvml/build.py" "$GPUFLEET_CACHE/fakenvml" >/dev/null \

@@ -21,6 +21,20 @@ export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE GPUFLEET_BENCH_ENV
 # the current ones: the engine config ships with the tests; /etc stays as is.
 export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_ROOT/tests/sim/containers.conf}"
 
+# The test world's package index (scripts/index.sh): the wheelhouse and the
+# newer "nightly" builds served over HTTP, at the podman bridge's gateway,
+# the address the simulated hosts know as host.containers.internal; the
+# control node uses the same URL. GPUFLEET_INDEX_ADDR and _PORT override.
+GPUFLEET_INDEX_DIR="${GPUFLEET_INDEX_DIR:-$GPUFLEET_CACHE/index}"
+GPUFLEET_INDEX_PORT="${GPUFLEET_INDEX_PORT:-8765}"
+if [[ -z "${GPUFLEET_INDEX_ADDR:-}" ]] && command -v podman >/dev/null 2>&1; then
+  GPUFLEET_INDEX_ADDR="$(podman network inspect podman --format '{{range .Subnets}}{{.Gateway}} {{end}}' 2>/dev/null \
+    | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | head -n 1 || true)"
+fi
+GPUFLEET_INDEX_ADDR="${GPUFLEET_INDEX_ADDR:-}"
+GPUFLEET_INDEX_URL="${GPUFLEET_INDEX_URL:-${GPUFLEET_INDEX_ADDR:+http://$GPUFLEET_INDEX_ADDR:$GPUFLEET_INDEX_PORT/simple/}}"
+export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_ADDR GPUFLEET_INDEX_URL
+
 export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
 # .cache/collections: this collection (a link); tests/sim/collections: the
 # simulated hosts' connection (test-only, not part of the collection)
