@@ -112,6 +112,8 @@ def metadata_header(data, truncated):
         line = line.rstrip("\r")
         if not line.strip():
             break
+        if line[0] in " \t":
+            continue            # the continuation of a multi-line field (a description), never Name or Version
         key, sep, value = line.partition(":")
         if not sep:
             continue
@@ -239,8 +241,8 @@ def _read_entry(dist, dir_name, dir_version):
                 " (first %d bytes read)" % METADATA_LIMIT if len(data) > METADATA_LIMIT else ""))
     if name and dir_name and canonical_name(name) != canonical_name(dir_name):
         dist.problem("METADATA names %s but the directory is %s" % (name, dist.entry))
-    elif version and dir_version and canonical_version(version) and \
-            (canonical_version(dir_version) or dir_version) != canonical_version(version):
+    elif canonical_version(version or "") and canonical_version(dir_version or "") and \
+            canonical_version(dir_version) != canonical_version(version):
         dist.problem("METADATA gives version %s but the directory is %s" % (version, dist.entry))
     _settle_name(dist, name or dir_name, version or dir_version)
     if dist.kind != "dist-info":

@@ -190,7 +190,6 @@ class _Check:
             self.offenders.append({"path": item.get("path", ""), "class": cls})
 
 
-
 class RecordPaths:
     """Where the RECORD rows of one installed distribution point, and which may be opened.
 

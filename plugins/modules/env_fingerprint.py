@@ -61,7 +61,7 @@ options:
   verify:
     description:
       - Check every file each distribution's RECORD lists against its recorded size and hash. Without it only the
-        metadata is read (fast), and RV(distributions[].pristine) is null.
+        metadata is read (fast), and each C(pristine) in RV(distributions) is null.
     type: bool
     default: true
   expected:
@@ -319,9 +319,9 @@ def mismatch_message(result, first=5):
     msg = "The environment (%s) is not the expected one: %s." % (
         ", ".join(result["environment"]["site_dirs"][:2]), text)
     if result["not_pristine_total"]:
-        msg += " Not pristine: %s%s." % ("; ".join("%s %s (%s)" % (i["name"], i["version"], i["reason"][:200])
-                                                  for i in result["not_pristine"][:first]),
-                                        "; ..." if result["not_pristine_total"] > first else "")
+        listed = "; ".join("%s %s (%s)" % (i["name"], i["version"], i["reason"][:200])
+                           for i in result["not_pristine"][:first])
+        msg += " Not pristine: %s%s." % (listed, "; ..." if result["not_pristine_total"] > first else "")
     return msg + " Nothing was changed (fail_on_mismatch is true; set it to false to only report)."
 
 

@@ -108,9 +108,8 @@ SCRIPT = b"#!python\nimport sys\nfrom demo import main\nsys.exit(main())\n"
 def root(tmp_path):
     """A venv-like tree with three pristine distributions (one with a script, one with a data file)."""
     root = tmp_path / "venv"
-    add_dist(root, "demo", "1.0", files={"demo/__init__.py": b"def main():\n    return 0\n",
-                                          "demo/big.bin": os.urandom(400 * 1024)},
-             scripts={"demo-cli": SCRIPT})
+    files = {"demo/__init__.py": b"def main():\n    return 0\n", "demo/big.bin": os.urandom(400 * 1024)}
+    add_dist(root, "demo", "1.0", files=files, scripts={"demo-cli": SCRIPT})
     add_dist(root, "Typing_Extensions", "4.16.0", files={"typing_extensions.py": b"X = 1\n"})
     add_dist(root, "sympy", "1.14.0", data={"share/man/man1/isympy.1": b".TH ISYMPY 1\n"})
     return str(root)
@@ -155,8 +154,8 @@ def test_the_fingerprint_is_the_lock_side_digest_of_name_and_version_only(root, 
     # other files, installer, source and spelling: the same names and versions, the same fingerprint
     assert run(str(other))["fingerprint"] == run(root)["fingerprint"]
     add_dist(other, "six", "1.17.0")
-    assert run(str(other))["fingerprint"] == set_fingerprint([("demo", "1.0"), ("sympy", "1.14.0"), ("six", "1.17.0"),
-                                                               ("typing-extensions", "4.16.0")])
+    pairs = [("demo", "1.0"), ("sympy", "1.14.0"), ("six", "1.17.0"), ("typing-extensions", "4.16.0")]
+    assert run(str(other))["fingerprint"] == set_fingerprint(pairs)
 
 
 def test_verify_false_reads_only_metadata(root):
@@ -224,8 +223,8 @@ def test_a_path_leaving_the_environment_is_never_opened(root, tmp_path):
 def test_a_file_two_distributions_install_is_overwritten_not_edited(root):
     # both install build_backend.py; the one installed last wrote it, so it matches that one's RECORD only
     add_dist(root, "torch-c-dlpack-ext", "0.1.5", files={"build_backend.py": b"OLD = 1\n", "dlpack/__init__.py": b""})
-    add_dist(root, "flashinfer-python", "0.7.2.post1", files={"flashinfer/__init__.py": b"",
-                                                               "build_backend.py": b"NEWER_AND_LONGER = 2\n"})
+    files = {"flashinfer/__init__.py": b"", "build_backend.py": b"NEWER_AND_LONGER = 2\n"}
+    add_dist(root, "flashinfer-python", "0.7.2.post1", files=files)
     result = run(root)
     item = [i for i in result["not_pristine"] if i["name"] == "torch-c-dlpack-ext"]
     assert item == [{"name": "torch-c-dlpack-ext", "version": "0.1.5", "overwritten_by": ["flashinfer-python 0.7.2.post1"],
@@ -553,3 +552,20 @@ def test_compare_is_symmetric_in_words():
     assert missing == [{"name": "c", "version": "3.0"}]
     assert extra == [{"name": "a", "version": "1.0"}]
     assert different == [{"name": "b", "expected": "2.1", "found": "2.0"}]
+
+
+def test_metadata_header_reads_name_and_version_only_from_the_header():
+    data = (b"Metadata-Version: 2.1\nName: real\nSummary: x\nDescription: first line\n"
+            b"        Version: 6.6 (inside a description)\nVersion: 1.2\n\nVersion: 9.9\n")
+    assert fingerprint.metadata_header(data, False) == ("real", "1.2")
+    assert fingerprint.metadata_header(b"Name: cut\nVersion: 1.2", True) == ("cut", None)
+    assert fingerprint.metadata_header(b"Name: a\n\nVersion: 1.0\n", False) == ("a", None)
+
+
+def test_a_version_the_directory_spells_otherwise_is_no_problem(root):
+    # an older installer kept the wheel's escaped spelling in the directory name
+    add_dist(root, "legacy", "1.0-1", dir_name="legacy-1.0_1.dist-info")
+    legacy = by_name(run(root))["legacy"]
+    assert legacy["version"] == "1.0.post1" and legacy["problem"] is None and legacy["pristine"] is True
+    add_dist(root, "liar", "2.0", dir_name="liar-1.0.dist-info")
+    assert by_name(run(root))["liar"]["problem"] == "METADATA gives version 2.0 but the directory is liar-1.0.dist-info"

@@ -73,8 +73,8 @@ def test_check_mode_gives_the_same_result(run, venv):
 
 
 def test_site_packages_option(run, venv):
-    code, result = run({"site_packages": site(venv), "expected": {"Typing_Extensions": "4.16.0", "demo": "1.0",
-                                                                 "SymPy": "1.14.0"}})
+    expected = {"Typing_Extensions": "4.16.0", "demo": "1.0", "SymPy": "1.14.0"}
+    code, result = run({"site_packages": site(venv), "expected": expected})
     assert code == 0 and result["matches"] is True
     # bin/ and the data root are found from the usual layout: the script and the man page were hashed
     assert result["files_checked"] == 11 and result["not_pristine_total"] == 0
