@@ -23,7 +23,9 @@ description:
     hash its installer recorded, as M(gpufleet.vllm.package_integrity) checks one distribution; a distribution is
     pristine when every listed file matches. Scripts in the environment's C(bin/) (their first line names the
     environment's interpreter) and data files the wheel installed below the environment (C(share/), ...) are
-    checked against their recorded hashes too. Files RECORD does not list are not looked for; run
+    checked against their recorded hashes too. A file two distributions install, which matches the RECORD of the
+    one installed last, is reported as overwritten by that one (a clash between the two, not an edit); the other
+    one is not pristine. Files RECORD does not list are not looked for; run
     M(gpufleet.vllm.package_integrity) on a distribution for that, and for the explanation of a changed file.
   - With O(expected) (a lock's names and versions) or O(expected_fingerprint), RV(matches) says whether the
     environment holds exactly that set, and RV(missing), RV(extra) and RV(different) say how it differs.
@@ -221,7 +223,10 @@ distributions:
       pristine: true
       problem: null
 not_pristine:
-  description: The distributions that are not pristine (up to O(max_list)), each C(name), C(version) and C(reason).
+  description:
+    - The distributions that are not pristine (up to O(max_list)), each C(name), C(version), C(reason) and
+      C(overwritten_by) (the distributions, C(name version), whose RECORD the files that differ from this one's
+      match).
   returned: when the environment was read (also when O(fail_on_mismatch) fails the task)
   type: list
   elements: dict
@@ -229,6 +234,13 @@ not_pristine:
     - name: vllm
       version: 0.33.0
       reason: "1 size differs (first: vllm/model_executor/models/deepseek_v2.py (size differs))"
+      overwritten_by: []
+    - name: cuda-bindings
+      version: 13.5.0
+      reason: "25 files overwritten by cuda-python 12.6.2.post1 (they match its RECORD: both distributions install
+        them and the one installed last wins)"
+      overwritten_by:
+        - cuda-python 12.6.2.post1
 not_pristine_total:
   description: The number of distributions that are not pristine.
   returned: when the environment was read (also when O(fail_on_mismatch) fails the task)

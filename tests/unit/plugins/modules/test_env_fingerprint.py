@@ -242,3 +242,18 @@ def test_ansible_doc_renders(tmp_path):
     assert "fail_on_mismatch" in data["doc"]["options"] and "expected" in data["doc"]["options"]
     assert "fingerprint" in data["return"] and "not_pristine" in data["return"]
     assert "gpufleet.vllm.env_fingerprint" in data["examples"]
+
+
+def test_python_option_of_a_venv_runs_nothing(run, venv, monkeypatch):
+    real = os.path.realpath(sys.executable)
+    if os.path.basename(real) != "python%d.%d" % sys.version_info[:2]:
+        pytest.skip("this interpreter's file is not named pythonX.Y")
+    os.symlink(real, os.path.join(venv, "bin", "python"))
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import environment
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the interpreter was run")
+    monkeypatch.setattr(environment, "_default_run", no_run)
+    code, result = run({"python": os.path.join(venv, "bin", "python"), "expected": LOCK})
+    assert code == 0 and result["matches"] is True and result["not_pristine_total"] == 0
+    assert result["environment"]["source"] == "python:%s" % os.path.join(venv, "bin", "python")
