@@ -353,9 +353,10 @@ def list_distributions(site_dirs, deadline=None, max_distributions=None):
     for name, same in by_name.items():
         if len(same) > 1:
             for dist in same:
-                others = ", ".join(d.path for d in same if d is not dist)
+                others = [d.path for d in same if d is not dist]
+                shown = ", ".join(others[:_FIRST]) + (" and %d more" % (len(others) - _FIRST) if len(others) > _FIRST else "")
                 dist.problem("another metadata directory for %s is installed (%s); Python sees only one of them: "
-                             "remove the stale one" % (name, others))
+                             "remove the stale one" % (name, shown))
     return dists, loose
 
 

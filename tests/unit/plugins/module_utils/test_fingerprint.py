@@ -569,3 +569,14 @@ def test_a_version_the_directory_spells_otherwise_is_no_problem(root):
     assert legacy["version"] == "1.0.post1" and legacy["problem"] is None and legacy["pristine"] is True
     add_dist(root, "liar", "2.0", dir_name="liar-1.0.dist-info")
     assert by_name(run(root))["liar"]["problem"] == "METADATA gives version 2.0 but the directory is liar-1.0.dist-info"
+
+
+def test_many_metadata_directories_for_one_name_are_named_bounded(root):
+    for number in range(40):
+        add_dist(root, "six", "1.%d" % number, files={})
+    result = run(root)
+    sixes = [d for d in result["distributions"] if d["name"] == "six"]
+    assert len(sixes) == 40
+    for dist in sixes:
+        assert dist["problem"].count(".dist-info") == 3 and " and 36 more); Python sees only one" in dist["problem"]
+    assert len(json.dumps(result)) < 100000
