@@ -26,6 +26,10 @@ esac
 "$REPO_ROOT/scripts/bootstrap.sh"
 GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
 export GPUFLEET_HOST_IMAGE
+# the fleet's package index (the wheelhouse and the newer nightly build),
+# which the hosts and the control node install and lock from; it stays up
+# after the demo (scripts/index.sh down stops it)
+"$REPO_ROOT/scripts/index.sh" up
 if ((RESET)); then
   "$REPO_ROOT/scripts/sim_fleet.sh" reset
 else

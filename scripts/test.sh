@@ -88,6 +88,10 @@ stage_molecule() {
                              -printf '%h\n' | xargs -n1 basename | sort)
   fi
   local s rc=0 t0 src
+  # the fleet's package index (scripts/index.sh): up for the scenarios, down
+  # after them, also when one fails or the run is interrupted
+  "$REPO_ROOT/scripts/index.sh" up || return 1
+  trap '"$REPO_ROOT/scripts/index.sh" down' EXIT
   for s in "${scenarios[@]}"; do
     log "molecule test -s $s"
     t0=$(now)
@@ -96,6 +100,8 @@ stage_molecule() {
     if env -u ANSIBLE_STDOUT_CALLBACK molecule test -s "$s"; then src=ok; else src=FAILED; rc=1; fi
     SCENARIO_TIMES+=("$(printf '  %-16s %-6s %5ss' "$s" "$src" "$(( $(now) - t0 ))")")
   done
+  "$REPO_ROOT/scripts/index.sh" down
+  trap - EXIT
   return $rc
 }
 

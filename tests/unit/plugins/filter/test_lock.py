@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The fleet-lock filters: what the roles read of a lock, whether it fits an interpreter, and what a host's
+environment changes into."""
+
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.vllm.plugins.filter.lock import (
+    lock_dependency_diff,
+    lock_info,
+    lock_target_problems,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, pkgnames
+
+BODY = "".join("%s==%s \\\n    --hash=sha256:%s\n" % (name, version, char * 64) for name, version, char in (
+    ("gguf", "0.19.0", "a"), ("lark", "1.3.1", "b"), ("nvidia-ml-py", "13.615.71", "c"),
+    ("vllm", "0.33.1.dev7+gcb9a7e83f501", "d")))
+META = {"python_version": "3.11", "python_platform": "x86_64-manylinux_2_36", "package": "vllm",
+        "sources": "index http://10.88.0.1:8765/simple/", "excluded": ["torch"], "resolved_at": "2026-12-05T14:00:00Z",
+        "resolver": "uv 0.13.9"}
+LOCK = lockfile.render_lock(META, BODY)
+
+
+def test_lock_info_gives_the_target_the_pins_and_the_fingerprint():
+    info = lock_info(LOCK, "vllm")
+    assert info["version"] == "0.33.1.dev7+gcb9a7e83f501"
+    assert info["pins"] == {"gguf": "0.19.0", "lark": "1.3.1", "nvidia-ml-py": "13.615.71",
+                            "vllm": "0.33.1.dev7+gcb9a7e83f501"}
+    assert info["fingerprint"] == pkgnames.set_fingerprint(info["pins"].items())
+    assert info["short"] == info["fingerprint"][7:19] and info["count"] == 4
+    assert (info["python_version"], info["python_platform"]) == ("3.11", "x86_64-manylinux_2_36")
+
+
+def test_lock_info_refuses_a_lock_of_another_package_or_an_edited_one():
+    with pytest.raises(AnsibleFilterError, match="is a lock of vllm, not of sglang .fleet_package."):
+        lock_info(LOCK, "sglang")
+    with pytest.raises(AnsibleFilterError, match="The fleet lock was refused: .*edited after it was made"):
+        lock_info(LOCK.replace("lark==1.3.1", "lark==1.2.2"), "vllm")
+    with pytest.raises(AnsibleFilterError, match="The fleet lock was refused"):
+        lock_info("vllm==0.33.0\n", "vllm")
+
+
+@pytest.mark.parametrize("probe, problems", [
+    ({"python": "3.11", "machine": "x86_64", "libc": "glibc 2.36"}, []),
+    ({"python": "3.12", "machine": "x86_64", "libc": "glibc 2.36"},
+     ["the lock is for Python 3.11, this host's environment runs Python 3.12"]),
+    ({"python": "3.11", "machine": "aarch64", "libc": "glibc 2.36"},
+     ["the lock is for x86_64 (x86_64-manylinux_2_36), this host is aarch64"]),
+    ({"python": "3.11", "machine": "x86_64", "libc": "glibc 2.31"},
+     ["the lock needs glibc 2.36 or newer (x86_64-manylinux_2_36), this host has glibc 2.31"]),
+    ("not json", ["the new environment's interpreter did not say its Python version and platform"]),
+])
+def test_lock_target_problems(probe, problems):
+    text = json.dumps(probe) if isinstance(probe, dict) else probe
+    assert lock_target_problems(lock_info(LOCK, "vllm"), text) == problems
+
+
+def test_no_lock_has_no_target_problems_and_no_diff():
+    assert lock_target_problems({}, "") == []
+    assert lock_dependency_diff({"distributions": []}, {}) == {}
+
+
+def test_the_dependency_diff_of_a_host_on_yesterdays_lock():
+    current = {"distributions": [
+        {"name": "lark", "version": "1.2.2", "source": "index"},
+        {"name": "nvidia-ml-py", "version": "13.615.71", "source": "index"},
+        {"name": "vllm", "version": "0.33.0", "source": "index"},
+        {"name": "gguf", "version": "0.17.0", "source": "git+https://user:secret@example.org/gguf@abc"},
+        {"name": "debugpy", "version": "1.8.0", "source": "index"},
+    ]}
+    diff = lock_dependency_diff(current, lock_info(LOCK, "vllm"))
+    assert diff["changed"] == [{"name": "gguf", "old": "0.17.0", "new": "0.19.0"},
+                               {"name": "lark", "old": "1.2.2", "new": "1.3.1"},
+                               {"name": "vllm", "old": "0.33.0", "new": "0.33.1.dev7+gcb9a7e83f501"}]
+    assert diff["removed"] == [{"name": "debugpy", "version": "1.8.0"}]
+    assert diff["counts"] == "3 changed, 1 removed, 1 source changed (1 unchanged)"
+    assert diff["lines"][:3] == ["gguf 0.17.0 -> 0.19.0", "lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501"]
+    assert "secret" not in json.dumps(diff)
