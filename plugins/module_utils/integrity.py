@@ -160,6 +160,11 @@ def _clean(value):
     return value
 
 
+def clean_strings(value):
+    """A copy of a result value with every string made :func:`safe_text`."""
+    return _clean(value)
+
+
 def _within(path, root):
     return path == root or path.startswith(root + os.sep)
 
@@ -183,6 +188,115 @@ class _Check:
             self.result["truncated"] = True
         if cls in DRIFT_CLASSES and len(self.offenders) < self.max_list:
             self.offenders.append({"path": item.get("path", ""), "class": cls})
+
+
+class RecordPaths:
+    """Where the RECORD rows of one installed distribution point, and which may be opened.
+
+    :meth:`classify` turns a row into ``(label, full path, path relative to
+    site-packages or None)`` for a file to check, or adds it to ``check``
+    (``malformed`` when listed twice, ``missing`` or ``modified`` below an
+    absent or linked directory, ``outside``) and returns None.  A path that
+    leaves site-packages is opened only when it is a script in the
+    environment's ``bin/``, or, given ``data_root`` (the environment's
+    prefix), a data file the wheel installed below it (``share/``, ...);
+    never through a linked directory.  ``recorded`` holds the relative paths
+    seen so far, ``dir_memo`` the state of each directory on the way
+    (:func:`filecheck.dir_state`).  Used by :func:`verify` and by
+    :mod:`fingerprint` (one per distribution, all hashed in one pool).
+    """
+
+    def __init__(self, check, site, meta_path, environment, data_root=None):
+        self.check = check
+        self.real_site = real_site = os.path.realpath(site)
+        self.prefix = real_site + os.sep
+        self.lexical_site = os.path.abspath(site)
+        self.real_scripts = os.path.realpath(environment.scripts_dir) if environment.scripts_dir else None
+        self.real_data = os.path.realpath(data_root) if data_root else None
+        self.dist_info_rel = os.path.relpath(os.path.realpath(meta_path), real_site).replace(os.sep, "/")
+        self.skip_unhashed = set(self.dist_info_rel + "/" + name for name in UNHASHED_BY_DESIGN)
+        self.recorded = set()
+        self.dir_memo = {"": "ok"}
+        self.seen_outside = set()
+
+    def add_malformed(self, malformed):
+        """Count the rows RECORD could not parse; their paths count as listed."""
+        real_site = self.real_site
+        for item in malformed:
+            self.check.add("malformed", item)
+            try:
+                full = os.path.normpath(os.path.join(real_site, item["path"]))
+            except ValueError:
+                continue
+            if _within(full, real_site):
+                self.recorded.add(full[len(real_site) + 1:].replace(os.sep, "/"))
+
+    def _opened_outside(self, full):
+        """The directory (scripts or data root) below which ``full`` may be opened, or None."""
+        real_scripts = self.real_scripts
+        if real_scripts and _within(full, real_scripts) and full != real_scripts:
+            return real_scripts
+        real_data = self.real_data
+        if real_data and _within(full, real_data) and full != real_data:
+            return real_data
+        return None
+
+    def classify(self, row):
+        """(label, full path, relative path or None) of a row to check, or None."""
+        raw = row.path
+        prefix = self.prefix
+        check = self.check
+        if raw[0] != "/" and "//" not in raw and "./" not in raw and raw[-1] not in "./":
+            rel = raw
+            full = prefix + raw
+        else:
+            full = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(self.real_site, raw))
+            rel = full[len(prefix):].replace(os.sep, "/") if full.startswith(prefix) else None
+        if rel is not None:
+            recorded = self.recorded
+            if rel in recorded:
+                check.add("malformed", {"line": row.line, "path": raw, "reason": "listed more than once"})
+                return None
+            recorded.add(rel)
+            if rel in self.skip_unhashed and row.algorithm is None:
+                return None
+            parent, sep, dummy = rel.rpartition("/")
+            if sep:
+                dir_memo = self.dir_memo
+                state = dir_memo.get(parent)
+                if state is None:
+                    state = dir_state(parent, self.real_site, dir_memo)
+                if state != "ok":
+                    if state == "absent":
+                        check.add("missing", {"path": rel} if row.size is None else {"path": rel, "expected_size": row.size})
+                    else:
+                        reason = "directory %s is a symbolic link (wheels install real directories); not followed" % state[5:]
+                        check.add("modified", {"path": rel, "reason": reason})
+                    return None
+            return rel, full, rel
+        if self.lexical_site != self.real_site and self._opened_outside(full) is None:
+            # site-packages is reached through a symbolic link: the installer
+            # wrote ../../../bin/NAME relative to the path it was given, not
+            # to the link's target; judge the file by its resolved directory.
+            lexical = os.path.normpath(os.path.join(self.lexical_site, raw))
+            resolved = os.path.join(os.path.realpath(os.path.dirname(lexical)), os.path.basename(lexical))
+            if self._opened_outside(resolved) is not None:
+                full = resolved
+        if full in self.seen_outside:
+            check.add("malformed", {"line": row.line, "path": raw, "reason": "listed more than once"})
+            return None
+        self.seen_outside.add(full)
+        base = self._opened_outside(full)
+        if base is None:
+            where = "a script in the environment's bin/" if self.real_data is None else "in the environment"
+            check.add("outside", {"path": raw, "resolved": full,
+                                  "reason": "leaves site-packages and is not %s; not opened" % where})
+            return None
+        parent = os.path.dirname(full)
+        if parent != base and os.path.realpath(parent) != parent:
+            check.add("modified", {"path": raw, "reason": "a directory on the way is a symbolic link; not followed"})
+            return None
+        return raw, full, None
 
 
 def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=None,
@@ -269,75 +383,12 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     if editable:
         return finish(editable)
     result["verifiable"] = True
-    recorded = set()
-    for item in malformed:
-        check.add("malformed", item)
-        try:
-            full = os.path.normpath(os.path.join(real_site, item["path"]))
-        except ValueError:
-            continue
-        if _within(full, real_site):
-            recorded.add(full[len(real_site) + 1:].replace(os.sep, "/"))
-
-    # -- classify paths, start hashing the large files --------------------
-    real_scripts = os.path.realpath(environment.scripts_dir) if environment.scripts_dir else None
-    dist_info_rel = os.path.relpath(os.path.realpath(meta_path), real_site).replace(os.sep, "/")
-    skip_unhashed = set(dist_info_rel + "/" + name for name in UNHASHED_BY_DESIGN)
-    prefix = real_site + os.sep
-    lexical_site = os.path.abspath(site)
-    dir_memo = {"": "ok"}
-    seen_outside = set()
-
-    def classify(row):
-        """(label, full path, relative path or None) of a row to check, or None."""
-        raw = row.path
-        if raw[0] != "/" and "//" not in raw and "./" not in raw and raw[-1] not in "./":
-            rel = raw
-            full = prefix + raw
-        else:
-            full = os.path.normpath(raw if os.path.isabs(raw) else os.path.join(real_site, raw))
-            rel = full[len(prefix):].replace(os.sep, "/") if full.startswith(prefix) else None
-        if rel is not None:
-            if rel in recorded:
-                check.add("malformed", {"line": row.line, "path": raw, "reason": "listed more than once"})
-                return None
-            recorded.add(rel)
-            if rel in skip_unhashed and row.algorithm is None:
-                return None
-            parent, sep, dummy = rel.rpartition("/")
-            if sep:
-                state = dir_memo.get(parent)
-                if state is None:
-                    state = dir_state(parent, real_site, dir_memo)
-                if state != "ok":
-                    if state == "absent":
-                        check.add("missing", {"path": rel} if row.size is None else {"path": rel, "expected_size": row.size})
-                    else:
-                        reason = "directory %s is a symbolic link (wheels install real directories); not followed" % state[5:]
-                        check.add("modified", {"path": rel, "reason": reason})
-                    return None
-            return rel, full, rel
-        if lexical_site != real_site and not (real_scripts and _within(full, real_scripts)):
-            # site-packages is reached through a symbolic link: the installer
-            # wrote ../../../bin/NAME relative to the path it was given, not
-            # to the link's target; judge the file by its resolved directory.
-            lexical = os.path.normpath(os.path.join(lexical_site, raw))
-            resolved = os.path.join(os.path.realpath(os.path.dirname(lexical)), os.path.basename(lexical))
-            if real_scripts and _within(resolved, real_scripts):
-                full = resolved
-        if full in seen_outside:
-            check.add("malformed", {"line": row.line, "path": raw, "reason": "listed more than once"})
-            return None
-        seen_outside.add(full)
-        if not (real_scripts and _within(full, real_scripts) and full != real_scripts):
-            check.add("outside", {"path": raw, "resolved": full,
-                                  "reason": "leaves site-packages and is not a script in the environment's bin/; not opened"})
-            return None
-        parent = os.path.dirname(full)
-        if parent != real_scripts and os.path.realpath(parent) != parent:
-            check.add("modified", {"path": raw, "reason": "a directory on the way is a symbolic link; not followed"})
-            return None
-        return raw, full, None
+    paths = RecordPaths(check, site, meta_path, environment)
+    paths.add_malformed(malformed)
+    recorded = paths.recorded
+    dir_memo = paths.dir_memo
+    dist_info_rel = paths.dist_info_rel
+    classify = paths.classify
 
     # Large files (and odd rows) first, so hashing starts before the rest is sorted out.
     labels = []
