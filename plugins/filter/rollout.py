@@ -8,6 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
     as_int, host_line, one_line, one_line_list,
@@ -47,6 +48,8 @@ def audit_line(row):
 # --- the rollout's decisions (playbooks/rollout.yml) ------------------------------------------------------------------
 
 BENCHMARK_WHEN = ("changed", "always", "never")
+#: The most lines of one host's dependency diff in the summary (the JSON has the whole diff).
+DEPENDENCY_LINES = 20
 
 
 def _bool(value):
@@ -84,9 +87,15 @@ def rollout_needs(plan, target_version=None, unit_changed=False, unit_active=Tru
     if _bool(force_restart):
         needs.append("restart (forced)")
     build, pristine = row.get("build") or "", bool(row.get("pristine"))
-    if target_version and (build != target_version or not pristine or _bool(force_build)):
-        why = ("forced" if build == target_version and pristine else
-               "files modified" if build == target_version else
+    # with a fleet lock: the other packages must be the lock's, each pristine
+    lock = str(row.get("lock") or "")
+    others = list(row.get("packages_not_pristine") or [])
+    packages_off = lock.startswith(("differs", "not read")) or bool(others)
+    if target_version and (build != target_version or not pristine or packages_off or _bool(force_build)):
+        why = ("files modified" if build == target_version and not pristine else
+               "packages %s" % one_line(lock) if build == target_version and lock.startswith(("differs", "not read")) else
+               "%s not pristine" % one_line_list(others) if build == target_version and others else
+               "forced" if build == target_version else
                "from %s" % one_line(build) if build else "no build found")
         needs.append("build %s (%s)" % (one_line(target_version), why))
     keys = as_int(row.get("config_keys_present"))
@@ -193,7 +202,7 @@ def rollout_row(host, facts):
     # the plan's diffs of the modified files, as the pre-flight wrote them (diffs/<host>/...)
     plan_diffs = _get(_get(facts, "rollout_plan", {}) or {}, "diffs", {}) or {}
     diffs = diff_entries([(host, dict(plan_diffs))]) if isinstance(plan_diffs, dict) else []
-    return {
+    row = {
         "host": host,
         "status": status,
         "needed": list(_get(facts, "rollout_needs", []) or []),
@@ -213,6 +222,34 @@ def rollout_row(host, facts):
         "failure": failure,
         "diffs_before": [{"path": entry["path"], "file": entry["file"]} for entry in diffs],
     }
+    row.update(_lock_cells(facts, status))
+    return row
+
+
+def _lock_cells(facts, status):
+    """The fleet lock's part of a row: the lock (short fingerprint, count), whether the serving environment is
+    exactly it after the batch (env_fingerprint's proof), and the dependency diff from the plan's environment."""
+    lock = _get(facts, "reinstall_lock_info", {}) or {}
+    if not isinstance(lock, dict) or not lock.get("pins"):
+        return {"lock": "", "lock_packages": None, "environment_after": None, "dependencies": None}
+    proof = _get(facts, "rollout_fingerprint", {}) or {}
+    after = None
+    if isinstance(proof, dict) and proof.get("fingerprint") and not proof.get("skipped"):
+        identical = proof.get("matches") is True and not proof.get("not_pristine_total")
+        after = "same as the lock" if identical else "DIFFERS from the lock"
+    elif status == "unchanged" and (_get(_get(facts, "rollout_plan", {}) or {}, "row", {}) or {}).get("lock") == "same":
+        after = "same as the lock"
+    dependencies = None
+    plan_packages = _get(_get(facts, "rollout_plan", {}) or {}, "packages", None)
+    if status == "updated" and isinstance(plan_packages, dict):
+        before = dict((d.get("name"), {"version": d.get("version"), "source": d.get("source")})
+                      for d in plan_packages.get("distributions") or [] if isinstance(d, dict) and d.get("name"))
+        pins = dict((name, {"version": version, "source": "index"}) for name, version in lock["pins"].items())
+        diff = lockfile.dependency_diff(before, pins)
+        dependencies = dict((k, diff[k]) for k in ("counts", "changed", "added", "removed", "source_changed"))
+        dependencies["lines"] = lockfile.diff_lines(diff, DEPENDENCY_LINES)
+    return {"lock": str(lock.get("short") or ""), "lock_packages": lock.get("count"),
+            "environment_after": after, "dependencies": dependencies}
 
 
 def rollout_rows(targets, hostvars):

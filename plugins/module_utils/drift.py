@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment, venv_site_dirs
+from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
@@ -69,7 +70,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
 
-DRIFT_CLASSES = ("integrity", "build", "config", "dumps", "unit", "gpus")
+DRIFT_CLASSES = ("integrity", "build", "packages", "config", "dumps", "unit", "gpus")
 # the properties of the unit a drift row keeps (module_utils/systemd.py reads them)
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
 LIST_MAX = 20
@@ -114,6 +115,47 @@ def check_integrity(env, dist_name="vllm", max_list=10, run_command=None, timeou
         return verify(dist_name=dist_name, environment=environment, max_list=max_list, timeout=timeout), None
     except IntegrityError as exc:
         return None, str(exc)
+
+
+def check_packages(env, dist_name="vllm", expected=None, expected_fingerprint=None, max_list=10, timeout=None):
+    """(the environment's fingerprint, problem): every distribution in ``env`` (name, version, source,
+    pristine by its RECORD), their fingerprint, and the comparison with ``expected`` (a lock's pins)."""
+    if not env or not os.path.isdir(env):
+        return None, None
+    try:
+        environment = locate_environment(venv=env)
+        result = fingerprint_environment(environment, verify=True, expected=expected or None,
+                                         expected_fingerprint=expected_fingerprint or None, max_list=max_list,
+                                         timeout=timeout)
+    except (IntegrityError, ValueError) as exc:
+        return None, str(exc)
+    return result, None
+
+
+def packages_cells(packages, dist_name, problem=None):
+    """The row's package cells: fingerprint (12 hex), packages (count), packages_not_pristine (the names of the
+    distributions other than ``dist_name`` that are not pristine), lock ('' without one, 'same' or what
+    differs)."""
+    if not packages:
+        return {"fingerprint": "", "packages": None, "packages_not_pristine": [],
+                "lock": ("not read: %s" % _clip(problem, 200)) if problem else ""}
+    name = dist_name.replace("_", "-").lower()
+    dirty = [d["name"] for d in packages.get("not_pristine") or [] if d.get("name") != name]
+    more = (packages.get("not_pristine_total") or 0) - len(packages.get("not_pristine") or [])
+    lock = ""
+    if packages.get("matches") is True:
+        lock = "same"
+    elif packages.get("matches") is False:
+        parts = []
+        for key, word in (("different", "other version"), ("missing", "missing"), ("extra", "not in the lock")):
+            items = packages.get(key) or []
+            if items:
+                parts.append("%d %s" % (len(items), word))
+        lock = "differs: " + (", ".join(parts) or "other fingerprint")
+    return {"fingerprint": (packages.get("fingerprint") or "").split(":", 1)[-1][:12],
+            "packages": packages.get("count"),
+            "packages_not_pristine": dirty + (["and %d more" % more] if more > 0 else []),
+            "lock": lock}
 
 
 # what each RECORD drift class means, for a person reading the drift report
@@ -311,13 +353,16 @@ def wheel_diffs(integrity, dist_name="vllm", wheel_dirs=(), max_files=DIFF_MAX_F
 
 
 def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, expect,
-          expected_version=None):
-    """The drift classes of a host, in DRIFT_CLASSES order."""
+          expected_version=None, packages=None):
+    """The drift classes of a host, in DRIFT_CLASSES order. ``packages``: the row's package cells
+    (packages_cells()); drift when another distribution is not pristine or the set is not the lock's."""
     drift = []
     if not (integrity or {}).get("pristine"):
         drift.append("integrity")
     if expected_version and (integrity or {}).get("version") != expected_version:
         drift.append("build")
+    if packages and (packages.get("packages_not_pristine") or packages.get("lock", "").startswith(("differs", "not read"))):
+        drift.append("packages")
     if (strip and configs_present) or config_errors:
         drift.append("config")
     if dumps["count"] or dumps.get("error"):
@@ -329,13 +374,26 @@ def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, e
     return drift
 
 
+def _packages_detail(packages):
+    """What the result keeps of the fingerprint: the comparison and each distribution's name, version and source
+    (the dependency diff of the rollout's plan reads them)."""
+    if not packages:
+        return None
+    detail = dict((k, packages.get(k)) for k in ("fingerprint", "count", "matches", "missing", "extra", "different",
+                                                 "not_pristine", "not_pristine_total", "msg"))
+    detail["distributions"] = [dict((k, d.get(k)) for k in ("name", "version", "source", "pristine"))
+                               for d in packages.get("distributions") or []]
+    return detail
+
+
 def _not_done(part, why):
     return "%s: %s" % (part, why)
 
 
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
-           nvml_venvs=(), expected_version=None, deadline=None, diffs=None):
+           nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
+           expected_fingerprint=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -366,6 +424,13 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
             integrity_problem = "not checked: %s" % deadline.message("the integrity check finished")
             not_done.append(_not_done("integrity", integrity_problem))
     integrity_problem = integrity_problem or env_problem
+    if env and deadline.passed():
+        packages, packages_problem = None, "not checked: %s" % deadline.message("the packages were read")
+        not_done.append(_not_done("packages", packages_problem))
+    else:
+        packages, packages_problem = check_packages(env, dist_name, expected_packages, expected_fingerprint,
+                                                    max_list, timeout=max(0.001, deadline.left()))
+    package_cells = packages_cells(packages, dist_name, packages_problem)
     present, config_files, config_errors = check_configs(model_dirs, model_files, symlinks, deadline=deadline)
     not_done.extend(_not_done("config", e) for e in config_errors if " not planned: the time limit " in e)
     dumps = dict(dumps or {})
@@ -401,7 +466,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     summary = gpus.get("summary") or {}
     strip = strips(config_policy, gpu_facts(gpus))
     drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
-                  expected_version)
+                  expected_version, package_cells)
 
     nvml_error = (gpus.get("nvml_error") or {}).get("message") if not gpus.get("nvml_available") else None
     row = {
@@ -409,6 +474,10 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "environment": env,
         "pristine": bool((integrity or {}).get("pristine")),
         "integrity": integrity_text(integrity, integrity_problem),
+        "fingerprint": package_cells["fingerprint"],
+        "packages": package_cells["packages"],
+        "packages_not_pristine": package_cells["packages_not_pristine"],
+        "lock": package_cells["lock"],
         "config_keys_present": present,
         "config_policy": "strip" if strip else "keep",
         "config_errors": config_errors,
@@ -435,6 +504,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "drift": drift,
         "environment": env,
         "integrity": integrity_detail,
+        "packages": _packages_detail(packages),
         "configs": {"keys_present": present, "policy": row["config_policy"], "files": config_files,
                     "errors": config_errors},
         "dumps": dump_scan,

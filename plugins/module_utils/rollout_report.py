@@ -18,6 +18,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import mark
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
            "config keys removed", "vLLM files after", "1-stream tok/s", "peak tok/s", "benchmark")
 ALIGN = ("---", "---", "---", "---", "---", "---:", "---", "---:", "---", "---:", "---:", "---")
+#: With a fleet lock the table has one more column, after "vLLM files after" (PACKAGES_AT).
+PACKAGES_AT = 9
 DASH = "-"
 
 
@@ -83,14 +85,38 @@ def _files(flag, upper=False):
     return "MODIFIED" if upper else "modified"
 
 
-def row_cells(row):
+def short_counts(dependencies):
+    """'2 changed, 1 added' of a row's dependency diff (its counts without the unchanged ones); '' for none."""
+    if not isinstance(dependencies, dict):
+        return ""
+    counts = str(dependencies.get("counts") or "")
+    counts = re.sub(r"\s*\([0-9]+ unchanged\)\Z", "", counts)
+    return "" if counts.startswith("no change") else counts
+
+
+def packages_cell(row):
+    """The packages cell: whether the environment is the fleet lock after the batch, and what changed."""
+    parts = []
+    after = row.get("environment_after")
+    if after:
+        parts.append("= lock" if after == "same as the lock" else "DIFFERS from the lock")
+    counts = short_counts(row.get("dependencies"))
+    if counts:
+        parts.append(counts)
+    return cell("; ".join(parts)) if parts else DASH
+
+
+def row_cells(row, locked=False):
     dumps = DASH
     if row.get("artifacts_removed") is not None:
         dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
-    return [cell(row.get("host")), cell(row.get("status")), cell(row.get("build_before")), _files(row.get("pristine_before")),
+    cells = [cell(row.get("host")), cell(row.get("status")), cell(row.get("build_before")), _files(row.get("pristine_before")),
             cell(row.get("build_after")), _fmt(row.get("downtime_s"), "%.1f"), dumps,
             cell(row.get("config_keys_removed")), _files(row.get("pristine"), upper=True),
             _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
+    if locked:
+        cells.insert(PACKAGES_AT, packages_cell(row))
+    return cells
 
 
 def batches_line(batches):
@@ -98,11 +124,34 @@ def batches_line(batches):
     return " -> ".join(", ".join(cell(host) for host in batch) for batch in batches or [])
 
 
-def markdown(rows, batches, benchmark_report=None):
-    """summary.md: the table, the batches, each failure in full, the link to the benchmark's report."""
-    out = ["# Rollout summary", "", "| %s |" % " | ".join(COLUMNS), "|%s|" % "|".join(ALIGN)]
-    out.extend("| %s |" % " | ".join(row_cells(row)) for row in rows)
+def markdown(rows, batches, benchmark_report=None, lock_file=False):
+    """summary.md: the table, the batches, the fleet lock and each host's dependency diff, each failure in full, the
+    link to the benchmark's report (and to fleet.lock when LOCK_FILE)."""
+    locked = [row for row in rows if row.get("lock")]
+    columns, align = list(COLUMNS), list(ALIGN)
+    if locked:
+        columns.insert(PACKAGES_AT, "packages")
+        align.insert(PACKAGES_AT, "---")
+    out = ["# Rollout summary", "", "| %s |" % " | ".join(columns), "|%s|" % "|".join(align)]
+    out.extend("| %s |" % " | ".join(row_cells(row, bool(locked))) for row in rows)
     out.extend(["", "Batches, in the order they ran: %s." % (batches_line(batches) or "none (no host needed anything)")])
+    if locked:
+        first = locked[0]
+        same = [row for row in locked if row.get("environment_after") == "same as the lock"]
+        out.extend(["", "Fleet lock: %s, %s packages, fingerprint %s%s. %d of %d hosts hold exactly it, each package "
+                    "pristine by its RECORD%s." % (
+                        "[fleet.lock](fleet.lock)" if lock_file else "the run's lock", cell(first.get("lock_packages")),
+                        cell(first.get("lock")),
+                        "" if all(row.get("lock") == first.get("lock") for row in locked) else " (hosts name others!)",
+                        len(same), len(rows),
+                        "" if len(same) == len(rows) else
+                        "; not: %s" % ", ".join(cell(row.get("host")) for row in rows if row not in same))])
+    changed = [row for row in rows if short_counts(row.get("dependencies"))]
+    if changed:
+        out.extend(["", "## Dependencies: what each updated host's environment changed"])
+        for row in changed:
+            out.extend(["", "**%s** (%s):" % (cell(row.get("host")), cell(row["dependencies"].get("counts"))), ""])
+            out.extend("- %s" % cell(line) for line in row["dependencies"].get("lines") or [])
     for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
@@ -154,6 +203,12 @@ def host_line(row):
         parts.append("%s config keys removed" % one_line(row["config_keys_removed"]))
     if row.get("pristine") is not None:
         parts.append("pristine" if row["pristine"] else "NOT pristine")
+    counts = short_counts(row.get("dependencies"))
+    if counts:
+        parts.append("packages: %s" % one_line(counts))
+    if row.get("environment_after"):
+        parts.append("%s %s" % ("= lock" if row["environment_after"] == "same as the lock" else "DIFFERS from the lock",
+                                one_line(row.get("lock") or "")))
     single, peak = _num(row.get("single_stream_tok_s"), "%.1f"), _num(row.get("peak_tok_s"), "%.0f")
     if single is not None or peak is not None:
         parts.append("%s tok/s single stream, %s tok/s peak" % (single or "-", peak or "-"))

@@ -32,7 +32,8 @@ description:
     O(diff_max_bytes), O(diff_max_total)) and are no drift class of their own.
   - Names that are not UTF-8 are shown in the result with the odd bytes escaped (C(dump\xff_tp0.pt)).
   - Drift is judged on the host, so RV(row.drift) names its classes. V(integrity) means not pristine or no
-    environment. V(build) means not O(expected_version). V(config) means SM120 KV-cache keys present where they
+    environment. V(build) means not O(expected_version). V(packages) means another distribution of the environment is not
+    pristine, or the environment is not exactly O(expected_packages). V(config) means SM120 KV-cache keys present where they
     must not be, or a model config that cannot be read. V(dumps) means debug dumps present. V(unit) means the unit is
     not active. V(gpus) means NVML is not usable, or O(expect) is not met.
   - Read-only. RV(changed) is always V(false), with or without check mode. Drift never fails the task; only
@@ -213,6 +214,17 @@ options:
     type: list
     elements: path
     default: []
+  expected_packages:
+    description:
+      - The packages the environment must hold, name -> version (a fleet lock's pins). With it, RV(row.lock) says
+        whether the environment holds exactly them and RV(packages) lists what differs; a difference is drift
+        (V(packages)).
+      - Every distribution of the environment is read and checked against its RECORD in any case (RV(packages)); one
+        other than O(name) that is not pristine is drift (V(packages)) too.
+    type: dict
+  expected_fingerprint:
+    description: The fingerprint the environment must have (a fleet lock's, C(sha256:<hex>)).
+    type: str
   diff_max_files:
     description:
       - The most changed files diffed. The others are counted in RV(diffs.not_diffed).
@@ -318,7 +330,7 @@ changed:
 not_done:
   description:
     - The parts that O(timeout) left no time for (or stopped), each as the part, a colon and the reason. The part is V(integrity),
-      V(config), V(dumps), V(unit), V(gpus) or V(diffs). Empty when every part was done.
+      V(packages), V(config), V(dumps), V(unit), V(gpus) or V(diffs). Empty when every part was done.
   returned: always
   type: list
   elements: str
@@ -329,7 +341,8 @@ row:
   type: dict
   contains:
     drift:
-      description: The drift classes, in the order V(integrity), V(build), V(config), V(dumps), V(unit), V(gpus).
+      description: The drift classes, in the order V(integrity), V(build), V(packages), V(config), V(dumps), V(unit),
+        V(gpus).
       type: list
       elements: str
       sample: [integrity, config, dumps]
@@ -352,6 +365,24 @@ row:
       type: str
       sample: "not pristine: 2 files of another size than RECORD says; the edit is also in uv's cache; files:
         vllm/model_executor/model_loader/weight_utils.py, vllm/model_executor/models/deepseek_v2.py"
+    fingerprint:
+      description:
+        - The first 12 hex digits of the fingerprint of every distribution's name and version in the environment (the same
+          set gives the same fingerprint on every host, and a fleet lock's); empty when it could not be read.
+      type: str
+      sample: 3f9a0c2b71de
+    packages:
+      description: How many distributions the environment holds; null when it could not be read.
+      type: int
+    packages_not_pristine:
+      description: The distributions other than O(name) whose files do not match their RECORD (at most O(max_list)).
+      type: list
+      elements: str
+    lock:
+      description:
+        - Empty without O(expected_packages); V(same) when the environment holds exactly them; else what differs, such as
+          C(differs: 2 other version, 1 missing).
+      type: str
     config_keys_present:
       description: The SM120 KV-cache keys present in the model configs.
       type: int
@@ -397,6 +428,46 @@ environment:
   description: The serving environment, or an empty string.
   returned: always
   type: str
+packages:
+  description: Every distribution of the environment and the comparison with O(expected_packages); null when none was read.
+  returned: always
+  type: dict
+  contains:
+    fingerprint:
+      description: C(sha256:<hex>) of the sorted C(name==version) of every distribution.
+      type: str
+    count:
+      description: How many distributions.
+      type: int
+    matches:
+      description: Whether the environment holds exactly O(expected_packages); null without them.
+      type: bool
+    missing:
+      description: C(name), C(version) of each expected package that is not installed.
+      type: list
+      elements: dict
+    extra:
+      description: C(name), C(version) of each installed distribution that is not expected.
+      type: list
+      elements: dict
+    different:
+      description: C(name), C(expected), C(found) of each one at another version.
+      type: list
+      elements: dict
+    not_pristine:
+      description: C(name), C(version), C(reason) of each distribution whose files do not match its RECORD.
+      type: list
+      elements: dict
+    not_pristine_total:
+      description: How many there are in all.
+      type: int
+    distributions:
+      description: C(name), C(version), C(source), C(pristine) of every distribution.
+      type: list
+      elements: dict
+    msg:
+      description: One sentence.
+      type: str
 integrity:
   description:
     - The verdict of M(gpufleet.vllm.package_integrity), cut down to its main fields.
@@ -585,6 +656,8 @@ def main():
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
             wheel_dirs=dict(type="list", elements="path", default=[]),
+            expected_packages=dict(type="dict"),
+            expected_fingerprint=dict(type="str"),
             diff_max_files=dict(type="int", default=DIFF_MAX_FILES),
             diff_max_bytes=dict(type="int", default=DIFF_MAX_BYTES),
             diff_max_total=dict(type="int", default=DIFF_MAX_TOTAL),
@@ -648,6 +721,7 @@ def main():
                        max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),
             unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
             expected_version=params["expected_version"], deadline=deadline,
+            expected_packages=params["expected_packages"], expected_fingerprint=params["expected_fingerprint"],
             diffs=dict(wheel_dirs=params["wheel_dirs"], max_files=params["diff_max_files"],
                        max_bytes=params["diff_max_bytes"], max_total=params["diff_max_total"]))
     except Exception as exc:  # pylint: disable=broad-except

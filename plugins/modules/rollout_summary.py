@@ -121,7 +121,8 @@ def main():
         try:
             os.makedirs(path, mode=0o755, exist_ok=True)
             for name, text in (('summary.json', rollout_report.summary_json(rows, batches, benchmark_report)),
-                               ('summary.md', rollout_report.markdown(rows, batches, 'report.md' if benchmark_report else None))):
+                               ('summary.md', rollout_report.markdown(rows, batches, 'report.md' if benchmark_report else None,
+                                                                      lock_file=os.path.isfile(os.path.join(path, 'fleet.lock'))))):
                 reportfile.write_atomic(module, os.path.join(path, name), text)
                 files.append(os.path.join(path, name))
         except (OSError, IOError, ValueError) as exc:
