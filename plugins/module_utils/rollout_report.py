@@ -13,6 +13,7 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import code
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, valid_text
 
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
@@ -151,7 +152,7 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
         out.extend(["", "## Dependencies: what each updated host's environment changed"])
         for row in changed:
             out.extend(["", "**%s** (%s):" % (cell(row.get("host")), cell(row["dependencies"].get("counts"))), ""])
-            out.extend("- %s" % cell(line) for line in row["dependencies"].get("lines") or [])
+            out.extend("- %s" % code(line) for line in row["dependencies"].get("lines") or [])
     for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])

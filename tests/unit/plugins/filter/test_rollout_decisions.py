@@ -151,3 +151,56 @@ def test_how_far_a_failed_host_got(case, result, expected):
 def test_kv_cache_policy_is_the_roles_decision():
     assert [kv_cache_policy(False), kv_cache_policy(True), kv_cache_policy("yes", "true"), kv_cache_policy(False, True)] == [
         "keep", "auto", "strip", "keep"]
+
+
+# --- with a fleet lock ------------------------------------------------------------------------------------------
+
+LOCKED_NEEDS = [
+    ("the lock's set, all pristine", {"lock": "same"}, []),
+    ("vLLM pristine, a dependency at another version",
+     {"lock": "differs: 1 other version"}, ["build 0.33.0 (packages differs: 1 other version)"]),
+    ("vLLM pristine, a dependency edited", {"lock": "same", "packages_not_pristine": ["lark"]},
+     ["build 0.33.0 (lark not pristine)"]),
+    ("the packages could not be read", {"lock": "not read: timeout"}, ["build 0.33.0 (packages not read: timeout)"]),
+    ("vLLM modified wins the reason", {"pristine": False, "lock": "differs: 1 missing"}, ["build 0.33.0 (files modified)"]),
+    ("another build", {"build": "0.32.0", "lock": "differs: 2 other version"}, ["build 0.33.0 (from 0.32.0)"]),
+]
+
+
+@pytest.mark.parametrize("case, row, expected", LOCKED_NEEDS, ids=[case[0] for case in LOCKED_NEEDS])
+def test_rollout_needs_with_a_lock(case, row, expected):
+    assert rollout_needs(plan(**row), target_version="0.33.0") == expected
+
+
+LOCK_INFO = {"short": "3f9a0c2b71de", "count": 4, "fingerprint": "sha256:3f9a0c2b71de" + "0" * 52,
+             "pins": {"vllm": "0.33.1.dev7+gcb9a7e83f501", "lark": "1.3.1", "gguf": "0.19.0", "nvidia-ml-py": "13.615.71"}}
+BEFORE = {"distributions": [{"name": "vllm", "version": "0.33.0", "source": "index"},
+                            {"name": "lark", "version": "1.2.2", "source": "index"},
+                            {"name": "nvidia-ml-py", "version": "13.615.71", "source": "index"}]}
+
+
+def locked_host(proof, status_facts):
+    facts = dict(HOSTVARS["gpu-a01"], reinstall_lock_info=LOCK_INFO, rollout_fingerprint=proof)
+    facts["rollout_plan"] = dict(plan(build="0.33.0", pristine=False), packages=BEFORE)
+    facts.update(status_facts)
+    return facts
+
+
+def test_rows_carry_the_lock_the_proof_and_the_dependency_diff():
+    hostvars = {
+        "a": locked_host({"fingerprint": LOCK_INFO["fingerprint"], "matches": True, "not_pristine_total": 0}, {}),
+        "b": locked_host({"fingerprint": "sha256:" + "1" * 64, "matches": False, "not_pristine_total": 0}, {}),
+        "c": dict(HOSTVARS["gpu-a04"], reinstall_lock_info=LOCK_INFO,
+                  rollout_plan=dict(plan(lock="same"), packages=BEFORE)),
+        "d": dict(HOSTVARS["gpu-a04"]),
+    }
+    rows = dict((row["host"], row) for row in rollout_rows(list(hostvars), hostvars))
+    assert rows["a"]["lock"] == "3f9a0c2b71de" and rows["a"]["lock_packages"] == 4
+    assert rows["a"]["environment_after"] == "same as the lock"
+    assert rows["a"]["dependencies"]["counts"] == "2 changed, 1 added (1 unchanged)"
+    assert rows["a"]["dependencies"]["lines"] == ["lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501",
+                                                  "+ gguf 0.19.0"]
+    assert rows["b"]["environment_after"] == "DIFFERS from the lock"
+    # a converged host's plan said it holds the lock; nothing changed on it
+    assert rows["c"]["environment_after"] == "same as the lock" and rows["c"]["dependencies"] is None
+    assert (rows["d"]["lock"], rows["d"]["environment_after"], rows["d"]["dependencies"]) == ("", None, None)

@@ -68,3 +68,25 @@ def test_a_failure_text_cannot_add_html_or_a_link_to_the_summary(run, tmp_path):
     assert rc == 0
     assert "\\<img src=x onerror=alert(1)\\> \\[fix here\\](https://example.invalid) \\*now\\*" in md
     assert "<img" not in md.replace("\\<img", "")
+
+
+def test_a_locked_rollout_shows_the_lock_and_each_hosts_dependency_diff(tmp_path):
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+    rows = [dict(ROWS[0], lock="3f9a0c2b71de", lock_packages=137, environment_after="same as the lock",
+                 dependencies={"counts": "2 changed, 1 added (134 unchanged)",
+                               "lines": ["lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501",
+                                         "+ gguf 0.19.0"]}),
+            dict(ROWS[1], lock="3f9a0c2b71de", lock_packages=137, environment_after="DIFFERS from the lock",
+                 dependencies=None)]
+    md = rollout_report.markdown(rows, [["gpu-a01"], ["gpu-a02"]], lock_file=True)
+    lines = md.splitlines()
+    assert lines[2].split(" | ")[9] == "packages"
+    assert lines[4].split(" | ")[9] == "= lock; 2 changed, 1 added"
+    assert lines[5].split(" | ")[9] == "DIFFERS from the lock"
+    assert ("Fleet lock: [fleet.lock](fleet.lock), 137 packages, fingerprint 3f9a0c2b71de. 1 of 2 hosts hold exactly "
+            "it, each package pristine by its RECORD; not: gpu-a02.") in lines
+    at = lines.index("## Dependencies: what each updated host's environment changed")
+    assert lines[at + 2:at + 7] == ["**gpu-a01** (2 changed, 1 added (134 unchanged)):", "",
+                                    "- `lark 1.2.2 -> 1.3.1`", "- `vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501`",
+                                    "- `+ gguf 0.19.0`"]
+    assert "packages: 2 changed, 1 added, = lock 3f9a0c2b71de" in rollout_report.host_line(rows[0])
