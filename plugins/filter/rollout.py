@@ -9,6 +9,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
     as_int, host_line, one_line, one_line_list,
@@ -37,12 +38,54 @@ def audit_line(row):
         parts.append("%s SM120 KV-cache keys present" % one_line(row["config_keys_present"]))
     if as_int(row.get("dumps")):
         parts.append("%s debug dumps (%s)" % (one_line(row["dumps"]), one_line(row.get("dumps_bytes", "?"))))
+    if row.get("fingerprint"):
+        packages = "packages %s (%s)" % (one_line(row["fingerprint"]), one_line(row.get("packages")))
+        notes = [one_line(row[key]) for key in ("lock_note", "fleet") if row.get(key)]
+        if row.get("packages_not_pristine"):
+            notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
+        parts.append(packages + (": " + "; ".join(notes) if notes else ""))
     parts.append("%s %s" % (one_line(row.get("unit", "unit")), one_line(row.get("unit_state", "unknown"))))
     # every problem, whole: the line is what an operator acts on
     for problems in (row.get("config_errors"), row.get("gpu_problems")):
         if problems:
             parts.extend(one_line(problem) for problem in (problems if isinstance(problems, (list, tuple)) else [problems]))
     return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
+
+
+def audit_fingerprints(rows):
+    """The audit's rows with the fleet's view of their fingerprints (see audit_fingerprints.yml): ``fleet`` says
+    whether a host holds what most of the fleet holds, ``lock_note`` what its lock cell means; a host that differs
+    from the fleet's majority, or from the lock, gets the drift class ``packages``."""
+    if not isinstance(rows, (list, tuple)):
+        raise AnsibleFilterError("audit_fingerprints expects the audit's rows (a list), got %s" % type(rows).__name__)
+    counts = {}
+    for row in rows:
+        if isinstance(row, dict) and row.get("fingerprint"):
+            counts[row["fingerprint"]] = counts.get(row["fingerprint"], 0) + 1
+    read = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    majority = ranked[0][0] if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+    out = []
+    for row in rows:
+        row = dict(row) if isinstance(row, dict) else row
+        if isinstance(row, dict) and row.get("fingerprint"):
+            fingerprint = row["fingerprint"]
+            if len(counts) == 1:
+                row["fleet"] = "same as all %d hosts read" % read if read > 1 else ""
+            elif fingerprint == majority:
+                row["fleet"] = "same as %d of %d hosts" % (counts[fingerprint], read)
+            else:
+                row["fleet"] = ("DIFFERS from the fleet (%d of %d hosts hold %s)" % (counts[majority], read, majority)
+                                if majority else "DIFFERS: no fingerprint is held by most hosts (%s)"
+                                % ", ".join("%s on %d" % item for item in ranked))
+            lock = str(row.get("lock") or "")
+            row["lock_note"] = ("= lock" if lock == "same" else ("lock %s" % lock) if lock else "")
+            drift = list(row.get("drift") or [])
+            if (row["fleet"].startswith("DIFFERS") or lock.startswith("differs")) and "packages" not in drift:
+                drift.append("packages")
+                row["drift"] = [c for c in DRIFT_ORDER if c in drift] + [c for c in drift if c not in DRIFT_ORDER]
+        out.append(row)
+    return out
 
 
 # --- the rollout's decisions (playbooks/rollout.yml) ------------------------------------------------------------------
@@ -272,6 +315,7 @@ class FilterModule(object):
         return {
             "rollout_line": rollout_line,
             "audit_line": audit_line,
+            "audit_fingerprints": audit_fingerprints,
             "rollout_needs": rollout_needs,
             "rollout_pending": rollout_pending,
             "rollout_failed_hosts": rollout_failed_hosts,

@@ -204,3 +204,31 @@ def test_rows_carry_the_lock_the_proof_and_the_dependency_diff():
     # a converged host's plan said it holds the lock; nothing changed on it
     assert rows["c"]["environment_after"] == "same as the lock" and rows["c"]["dependencies"] is None
     assert (rows["d"]["lock"], rows["d"]["environment_after"], rows["d"]["dependencies"]) == ("", None, None)
+
+
+# --- the audit's fingerprint column -------------------------------------------------------------------------------
+
+def fp_row(host, fingerprint, lock="", drift=()):
+    return {"host": host, "fingerprint": fingerprint, "packages": 137, "lock": lock, "drift": list(drift)}
+
+
+def test_the_host_that_differs_from_the_fleet_is_flagged_and_drifts():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    rows = audit_fingerprints([fp_row("a", "aaa"), fp_row("b", "aaa", drift=["dumps"]), fp_row("c", "ccc", drift=["integrity"]),
+                               {"host": "d", "drift": ["integrity"], "fingerprint": ""}])
+    assert [r.get("fleet") for r in rows] == ["same as 2 of 3 hosts", "same as 2 of 3 hosts",
+                                              "DIFFERS from the fleet (2 of 3 hosts hold aaa)", None]
+    assert [r["drift"] for r in rows] == [[], ["dumps"], ["integrity", "packages"], ["integrity"]]
+
+
+def test_a_fleet_without_a_majority_flags_every_host_and_the_lock_decides_too():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    rows = audit_fingerprints([fp_row("a", "aaa", lock="same"), fp_row("b", "bbb", lock="differs: 1 missing")])
+    assert rows[0]["fleet"].startswith("DIFFERS: no fingerprint is held by most hosts")
+    assert [r["lock_note"] for r in rows] == ["= lock", "lock differs: 1 missing"]
+    assert all("packages" in r["drift"] for r in rows)
+    same = audit_fingerprints([fp_row("a", "aaa", lock="same"), fp_row("b", "aaa", lock="same")])
+    assert [r["fleet"] for r in same] == ["same as all 2 hosts read"] * 2 and [r["drift"] for r in same] == [[], []]
+    assert audit_fingerprints([fp_row("a", "aaa")])[0]["fleet"] == ""
+    with pytest.raises(AnsibleFilterError, match="expects the audit's rows"):
+        audit_fingerprints("rows")
