@@ -49,7 +49,8 @@ def test_first_rollout_canary_passed_failing_host_rolled_back_next_untouched():
     assert first["rollout-3"]["status"] == "untouched"
     # the plan (every host at once, check mode) said what rollout-3 needs; its
     # dumps and config keys are not reported as removed
-    assert any(need.startswith("build 0.33.0") for need in first["rollout-3"]["needed"])
+    assert any(re.match(r"build 0\.33\.1\.dev7\+g[0-9a-f]{12} \(from 0\.33\.0\)\Z", need)
+               for need in first["rollout-3"]["needed"]), first["rollout-3"]["needed"]
     assert "dumps (35)" in first["rollout-3"]["needed"]
     assert first["rollout-3"]["artifacts_removed"] is None
     assert first["rollout-3"]["config_keys_removed"] is None
@@ -152,7 +153,7 @@ def test_audit_after_reports_no_drift():
 def test_hosts_serve_the_staged_pristine_build(name):
     node = host(name)
     link = node.file("/opt/vllm/current")
-    assert link.is_symlink and link.linked_to.startswith("/opt/vllm/envs/vllm-0.33.0-")
+    assert link.is_symlink and re.match(r"/opt/vllm/envs/vllm-0\.33\.1\.dev7_g[0-9a-f]{12}-", link.linked_to)
     assert node.service("vllm-kimi-k25").is_running
     assert not node.file("/tmp/embed_debug_tp0.pt").exists
     config = node.file("/shared/kimi-k2.5-nvfp4/config.json").content_string
@@ -190,3 +191,69 @@ def test_limited_audit_reports_the_limited_host_only():
     assert [row["host"] for row in limited["hosts"]] == ["rollout-2"]
     assert limited["hosts"][0]["drift"] == ["dumps"]
     assert limited["not_audited"] == []
+
+
+# --- one environment for the whole fleet (the lock) -------------------------------------------------------------
+
+def lock_of(kind):
+    found = sorted(glob.glob(os.path.join(REPORTS, kind, "rollout-*", "fleet.lock")))
+    assert found, "no fleet.lock under %s/%s" % (REPORTS, kind)
+    with open(found[0]) as handle:
+        return handle.read()
+
+
+def lock_header(text, key):
+    return re.search(r"^# %s: (.*)$" % key, text, re.M).group(1)
+
+
+def test_the_first_rollout_kept_its_lock_and_the_converge_rolled_out_exactly_that_lock():
+    first, converge = lock_of("first"), lock_of("converge")
+    # converge.yml rolls out the first run's lock (reinstall_lock): the same file, byte for byte
+    assert converge == first
+    assert lock_header(first, "package").startswith("vllm==0.33.1.dev7+g")
+    assert lock_header(first, "python-version") == "3.11"
+    assert lock_header(first, "python-platform") == "x86_64-manylinux_2_36"
+    assert "torch" in lock_header(first, "excluded")
+    pins = re.findall(r"^([a-z0-9-]+)==(\S+) \\$", first, re.M)
+    assert ("lark", "1.3.1") in pins and ("gguf", "0.19.0") in pins and len(pins) > 100
+    assert all("--hash=sha256:" in block for block in re.split(r"\n(?=[a-z0-9-]+==)", first.split("\n\n", 1)[-1]) if "==" in block)
+
+
+def test_the_summary_shows_each_updated_hosts_dependency_diff():
+    first = rows(report("first", "summary.json"))
+    deps = first["rollout-1"]["dependencies"]
+    assert deps["lines"] == ["lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> %s" % first["rollout-1"]["build_after"],
+                             "+ gguf 0.19.0"]
+    assert deps["counts"].startswith("2 changed, 1 added (")
+    assert first["rollout-1"]["environment_after"] == "same as the lock"
+    assert first["rollout-2"]["dependencies"] is None and first["rollout-3"]["dependencies"] is None
+    runs = sorted(glob.glob(os.path.join(REPORTS, "first", "rollout-*")))
+    with open(os.path.join(runs[0], "summary.md")) as handle:
+        markdown = handle.read()
+    assert "| = lock; 2 changed, 1 added |" in markdown
+    assert "Fleet lock: [fleet.lock](fleet.lock), " in markdown
+    assert "- `lark 1.2.2 -> 1.3.1`\n" in markdown
+
+
+def test_every_host_ends_on_the_locks_fingerprint():
+    lock_fingerprint = lock_header(lock_of("first"), "fingerprint").split(":", 1)[1][:12]
+    converge = rows(report("converge", "summary.json", 0))
+    for name in ("rollout-2", "rollout-3"):
+        assert converge[name]["environment_after"] == "same as the lock", converge[name]
+        assert converge[name]["lock"] == lock_fingerprint
+    after = rows(report("after", "drift.json"))
+    for name, row in after.items():
+        # side_effect.yml audits with audit_lock: the first run's lock
+        assert row["fingerprint"] == lock_fingerprint, (name, row)
+        assert row["lock"] == "same" and row["fleet"] == "same as all 3 hosts read", (name, row)
+        assert row["packages_not_pristine"] == []
+
+
+def test_audit_before_shows_the_fleet_on_yesterdays_lock():
+    before = rows(report("before", "drift.json"))
+    prints = set(row["fingerprint"] for row in before.values())
+    # every dirty host holds the same older set (vLLM 0.33.0 and its locked dependencies); only vLLM's files were edited
+    assert len(prints) == 1 and all(len(p) == 12 for p in prints)
+    for row in before.values():
+        assert row["fleet"] == "same as all 3 hosts read" and row["packages"] > 100
+        assert "packages" not in row["drift"]
