@@ -16,6 +16,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from ansible.errors import AnsibleFilterError
 
@@ -65,6 +66,88 @@ def lock_target_problems(info, probe):
     return lockfile.check_target(meta, probe.get("python"), probe.get("machine"), probe.get("libc"))
 
 
+def _probe(value):
+    """The dict of one interpreter's probe (its JSON line, a command result or the dict itself), or None."""
+    if isinstance(value, dict) and "stdout" in value:
+        value = value.get("stdout")
+    if isinstance(value, dict):
+        return value
+    try:
+        found = json.loads(str(value or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _probes(hosts, hostvars, key):
+    """host -> its registered KEY (the probe), for the HOSTS that ran it (not skipped)."""
+    found = {}
+    for host in hosts or ():
+        try:
+            value = hostvars[host][key]
+        except Exception:  # a host without it: not asked  # pylint: disable=broad-exception-caught
+            continue
+        if isinstance(value, dict) and value.get("skipped"):
+            continue
+        found[host] = value
+    return found
+
+
+def lock_target(hosts, hostvars, python_version="", python_platform="", probe="reinstall_host_probe"):
+    """The Python (X.Y) and the platform (uv's --python-platform) a fleet lock is made for: PYTHON_VERSION and
+    PYTHON_PLATFORM when given, else what the HOSTS' interpreters said (their registered PROBE in HOSTVARS): they
+    must agree on the Python and the machine; the C library level is the lowest of them."""
+    python_version, python_platform = str(python_version or "").strip(), str(python_platform or "").strip()
+    if python_version and python_platform:
+        return {"python_version": python_version, "python_platform": python_platform, "from_hosts": []}
+    read = {}
+    for host, value in sorted(_probes(hosts, hostvars, probe).items()):
+        probe = _probe(value)
+        if probe is None:
+            raise AnsibleFilterError(
+                "The fleet lock is made for the hosts' Python and platform, but %s did not say them (its reinstall_python "
+                "did not answer); set reinstall_resolve_python_version (such as 3.12) and reinstall_resolve_python_platform "
+                "(such as x86_64-manylinux_2_35) instead. Nothing was changed." % host)
+        read[host] = probe
+    if not read:
+        raise AnsibleFilterError(
+            "The fleet lock is made for the hosts' Python and platform: set reinstall_resolve_python_version (such as "
+            "3.12) and reinstall_resolve_python_platform (such as x86_64-manylinux_2_35), or give reinstall_python as an "
+            "absolute path so that the hosts can be asked. Nothing was changed.")
+
+    def grouped(key):
+        groups = {}
+        for host, probe in read.items():
+            groups.setdefault(str(probe.get(key) or "?"), []).append(host)
+        return groups
+
+    if not python_version:
+        versions = grouped("python")
+        if len(versions) != 1:
+            raise AnsibleFilterError(
+                "A fleet lock is for one Python, and the hosts run several: %s. Give every host the same interpreter "
+                "(reinstall_python), or roll them out in separate runs. Nothing was changed."
+                % "; ".join("%s on %s" % (v, ", ".join(h)) for v, h in sorted(versions.items())))
+        python_version = list(versions)[0]
+    if not python_platform:
+        machines = grouped("machine")
+        if len(machines) != 1:
+            raise AnsibleFilterError(
+                "A fleet lock is for one machine type, and the hosts are several: %s. Roll them out in separate runs. "
+                "Nothing was changed." % "; ".join("%s on %s" % (m, ", ".join(h)) for m, h in sorted(machines.items())))
+        levels = []
+        for host, probe in read.items():
+            match = re.match(r"glibc ([0-9]{1,3})\.([0-9]{1,3})", str(probe.get("libc") or ""))
+            if not match:
+                raise AnsibleFilterError(
+                    "%s's C library is not glibc (%r): set reinstall_resolve_python_platform for it. Nothing was changed."
+                    % (host, probe.get("libc")))
+            levels.append((int(match.group(1)), int(match.group(2))))
+        low = min(levels)
+        python_platform = "%s-manylinux_%d_%d" % (list(machines)[0], low[0], low[1])
+    return {"python_version": python_version, "python_platform": python_platform, "from_hosts": sorted(read)}
+
+
 def _installed(environment):
     """{name: {version, source}} of an env_fingerprint result (its distributions) or of such a dict."""
     if isinstance(environment, dict) and "distributions" in environment:
@@ -97,4 +180,5 @@ class FilterModule(object):
             "lock_info": lock_info,
             "lock_target_problems": lock_target_problems,
             "lock_dependency_diff": lock_dependency_diff,
+            "lock_target": lock_target,
         }

@@ -78,3 +78,34 @@ def test_the_dependency_diff_of_a_host_on_yesterdays_lock():
     assert diff["counts"] == "3 changed, 1 removed, 1 source changed (1 unchanged)"
     assert diff["lines"][:3] == ["gguf 0.17.0 -> 0.19.0", "lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501"]
     assert "secret" not in json.dumps(diff)
+
+
+def probe(python="3.11", machine="x86_64", libc="glibc 2.36"):
+    return {"stdout": json.dumps({"python": python, "machine": machine, "libc": libc}), "rc": 0}
+
+
+def test_the_lock_is_made_for_the_hosts_own_python_and_lowest_glibc():
+    from ansible_collections.gpufleet.vllm.plugins.filter.lock import lock_target
+    hostvars = {"a": {"reinstall_host_probe": probe()}, "b": {"reinstall_host_probe": probe(libc="glibc 2.35")},
+                "c": {"reinstall_host_probe": {"skipped": True}}, "d": {}}
+    assert lock_target(["a", "b", "c", "d"], hostvars) == {
+        "python_version": "3.11", "python_platform": "x86_64-manylinux_2_35", "from_hosts": ["a", "b"]}
+    # what the inventory says wins; the hosts are not needed then
+    assert lock_target([], {}, "3.12", "x86_64-manylinux_2_31")["python_platform"] == "x86_64-manylinux_2_31"
+    assert lock_target(["a"], hostvars, "3.12")["python_version"] == "3.12"
+
+
+@pytest.mark.parametrize("hostvars, words", [
+    ({"a": {"reinstall_host_probe": probe()}, "b": {"reinstall_host_probe": probe(python="3.12")}},
+     "A fleet lock is for one Python, and the hosts run several: 3.11 on a; 3.12 on b."),
+    ({"a": {"reinstall_host_probe": probe()}, "b": {"reinstall_host_probe": probe(machine="aarch64")}},
+     "A fleet lock is for one machine type, and the hosts are several: aarch64 on b; x86_64 on a."),
+    ({"a": {"reinstall_host_probe": probe(libc="")}}, "a's C library is not glibc"),
+    ({"a": {"reinstall_host_probe": {"stdout": "Traceback", "rc": 1}}}, "but a did not say them"),
+    ({}, "give reinstall_python as an absolute path"),
+])
+def test_a_fleet_the_lock_cannot_fit_is_refused(hostvars, words):
+    from ansible_collections.gpufleet.vllm.plugins.filter.lock import lock_target
+    with pytest.raises(AnsibleFilterError) as err:
+        lock_target(sorted(hostvars), hostvars)
+    assert words in str(err.value) and "Nothing was changed." in str(err.value)
