@@ -12,7 +12,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
-    as_int, host_line, one_line, one_line_list,
+    as_int, cell, host_line, one_line, one_line_list,
 )
 
 
@@ -81,11 +81,26 @@ def audit_fingerprints(rows):
             lock = str(row.get("lock") or "")
             row["lock_note"] = ("= lock" if lock == "same" else ("lock %s" % lock) if lock else "")
             drift = list(row.get("drift") or [])
-            if (row["fleet"].startswith("DIFFERS") or lock.startswith("differs")) and "packages" not in drift:
+            # with a lock, the lock decides (the hosts that lag behind a canary are the majority); without one, the fleet
+            differs = lock.startswith("differs") if lock else row["fleet"].startswith("DIFFERS")
+            if differs and "packages" not in drift:
                 drift.append("packages")
                 row["drift"] = [c for c in DRIFT_ORDER if c in drift] + [c for c in drift if c not in DRIFT_ORDER]
+        if isinstance(row, dict):
+            row["packages_cell"] = packages_audit_cell(row)
         out.append(row)
     return out
+
+
+def packages_audit_cell(row):
+    """The audit table's packages cell, escaped for Markdown (a host's package names are the host's text)."""
+    if not row.get("fingerprint"):
+        return "-"
+    notes = [row.get("lock_note") or "", row.get("fleet") or ""]
+    if row.get("packages_not_pristine"):
+        notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
+    text = "%s (%s)" % (one_line(row["fingerprint"]), one_line(row.get("packages")))
+    return cell(text + "".join("; " + note for note in notes if note))
 
 
 # --- the rollout's decisions (playbooks/rollout.yml) ------------------------------------------------------------------
@@ -277,7 +292,8 @@ def _lock_cells(facts, status):
         return {"lock": "", "lock_packages": None, "environment_after": None, "dependencies": None}
     proof = _get(facts, "rollout_fingerprint", {}) or {}
     after = None
-    if isinstance(proof, dict) and proof.get("fingerprint") and not proof.get("skipped"):
+    # (only a host that ended on the new build: a host rolled back after its proof serves its old environment)
+    if status == "updated" and isinstance(proof, dict) and proof.get("fingerprint") and not proof.get("skipped"):
         identical = proof.get("matches") is True and not proof.get("not_pristine_total")
         after = "same as the lock" if identical else "DIFFERS from the lock"
     elif status == "unchanged" and (_get(_get(facts, "rollout_plan", {}) or {}, "row", {}) or {}).get("lock") == "same":

@@ -103,6 +103,14 @@ def find_arch_list(path, limit=LIBRARY_LIMIT, deadline=None):
             data = tail + chunk
             for match in _ARCH_LIST.finditer(data):
                 found.add(match.group(1))
+                # two different lists of several words: no need to read on (nor to keep more of them)
+                if len(set(f for f in found if b" " in f)) > 1:
+                    break
+            if len(set(f for f in found if b" " in f)) > 1:
+                break
+            # lone words: a build for one architecture has one; keep at most a few to say so
+            if len(found) > 64:
+                found = set(sorted(found, key=lambda f: b" " not in f)[:64])
             # keep enough of the end for a list that crosses the chunk boundary (64 words of at most 12 bytes)
             tail = data[-1024:]
             if deadline is not None and deadline():
@@ -136,7 +144,10 @@ def read_torch(site_dirs, deadline=None):
         version, cuda, dummy = parsed
         arch_list = None
         if cuda:
-            arch_list = find_arch_list(os.path.join(base, "lib", "libtorch_python.so"), deadline=deadline)
+            lib = os.path.join(base, "lib")
+            if os.path.islink(lib):
+                raise CompatError("%s is a symbolic link: not torch as a wheel installs it" % lib)
+            arch_list = find_arch_list(os.path.join(lib, "libtorch_python.so"), deadline=deadline)
         return {"present": True, "version": version, "cuda": cuda, "arch_list": arch_list, "site": site}
     return {"present": False, "version": None, "cuda": None, "arch_list": None, "site": None}
 

@@ -223,12 +223,37 @@ def test_the_host_that_differs_from_the_fleet_is_flagged_and_drifts():
 
 def test_a_fleet_without_a_majority_flags_every_host_and_the_lock_decides_too():
     from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
-    rows = audit_fingerprints([fp_row("a", "aaa", lock="same"), fp_row("b", "bbb", lock="differs: 1 missing")])
+    rows = audit_fingerprints([fp_row("a", "aaa"), fp_row("b", "bbb")])
     assert rows[0]["fleet"].startswith("DIFFERS: no fingerprint is held by most hosts")
-    assert [r["lock_note"] for r in rows] == ["= lock", "lock differs: 1 missing"]
     assert all("packages" in r["drift"] for r in rows)
+    # with a lock, the lock decides: the canary on the lock is no drift though the other hosts lag behind it
+    rows = audit_fingerprints([fp_row("canary", "new", lock="same"), fp_row("b", "old", lock="differs: 1 other version"),
+                               fp_row("c", "old", lock="differs: 1 other version")])
+    assert [r["lock_note"] for r in rows] == ["= lock", "lock differs: 1 other version", "lock differs: 1 other version"]
+    assert rows[0]["fleet"] == "DIFFERS from the fleet (2 of 3 hosts hold old)"
+    assert [r["drift"] for r in rows] == [[], ["packages"], ["packages"]]
     same = audit_fingerprints([fp_row("a", "aaa", lock="same"), fp_row("b", "aaa", lock="same")])
     assert [r["fleet"] for r in same] == ["same as all 2 hosts read"] * 2 and [r["drift"] for r in same] == [[], []]
     assert audit_fingerprints([fp_row("a", "aaa")])[0]["fleet"] == ""
     with pytest.raises(AnsibleFilterError, match="expects the audit's rows"):
         audit_fingerprints("rows")
+
+
+def test_the_audit_packages_cell_shows_a_hosts_names_as_text():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    row = dict(fp_row("a", "aaa"), packages_not_pristine=["evil | <img src=x>", "[x](http://e)"])
+    cell = audit_fingerprints([row])[0]["packages_cell"]
+    import re
+    # every character Markdown reads as markup is escaped: no cell break, no HTML, no link
+    assert not re.search(r"(?<!\\)[|<>]|(?<!\\)\]\(", cell), cell
+    assert cell.startswith("aaa (137); not pristine: evil")
+    assert audit_fingerprints([{"host": "b", "fingerprint": ""}])[0]["packages_cell"] == "-"
+
+
+def test_a_host_rolled_back_after_its_proof_is_not_said_to_hold_the_lock():
+    facts = locked_host({"fingerprint": LOCK_INFO["fingerprint"], "matches": True, "not_pristine_total": 0},
+                        dict((k, HOSTVARS["gpu-a02"][k]) for k in ("rollout_failed", "rollout_failure", "rollout_cutover",
+                                                                   "rollout_reached", "service_result")))
+    row = rollout_rows(["x"], {"x": facts})[0]
+    assert row["status"] == "FAILED, rolled back"
+    assert row["environment_after"] is None and row["dependencies"] is None

@@ -231,3 +231,16 @@ def test_the_real_torch_wheel_of_the_bench_environment(tmp_path, lib_dir, state_
     set_state(state_file, cuda_driver_version=12080)
     rc, result = run(tmp_path, lib_dir, state_file, BENCH_ENV)
     assert rc == 1 and "the driver supports CUDA 12.8" in result["msg"]
+
+
+def test_many_lists_stop_the_scan_at_the_second_and_a_linked_lib_is_refused(tmp_path):
+    path = tmp_path / "libtorch_python.so"
+    path.write_bytes(b"".join(b"\x00sm_%d sm_90\x00" % (10 + i % 80) for i in range(20000)) + b"\x00")
+    with pytest.raises(torchcompat.CompatError, match="holds 2 different architecture lists"):
+        torchcompat.find_arch_list(str(path))
+    venv = make_env(tmp_path / "v")
+    torch = os.path.join(venv, "lib", "python3.11", "site-packages", "torch")
+    os.rename(os.path.join(torch, "lib"), str(tmp_path / "real-lib"))
+    os.symlink(str(tmp_path / "real-lib"), os.path.join(torch, "lib"))
+    with pytest.raises(torchcompat.CompatError, match="is a symbolic link"):
+        torchcompat.read_torch([os.path.join(venv, "lib", "python3.11", "site-packages")])
