@@ -381,7 +381,7 @@ row:
     lock:
       description:
         - Empty without O(expected_packages); V(same) when the environment holds exactly them; else what differs, such as
-          C(differs: 2 other version, 1 missing).
+          C(differs - 2 other version, 1 missing) (with a colon after C(differs)).
       type: str
     config_keys_present:
       description: The SM120 KV-cache keys present in the model configs.
