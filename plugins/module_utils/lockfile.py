@@ -43,6 +43,7 @@ Public API:
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import hashlib
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import pkgnames
@@ -60,6 +61,8 @@ HEADER_KEYS = (
     ("resolver", "resolver"),
     ("fingerprint", "fingerprint"),
 )
+#: the last line of a lock: the digest of every pin with its hashes (a trailer, so the body's lines keep their numbers)
+DIGEST_PREFIX = "# digest: "
 _META_OF = dict(HEADER_KEYS)
 _KNOWN_KEYS = ", ".join(key for key, _meta in HEADER_KEYS)
 
@@ -162,9 +165,9 @@ def _meta_value(key, value, where, number=None):
     elif key == "resolver":
         if not isinstance(value, str) or not _RESOLVER.match(value):
             raise LockError("%s: resolver %s is not a tool and version such as 'uv 0.13.9'." % (at, shown(str(value))))
-    elif key == "fingerprint":
+    elif key in ("fingerprint", "digest"):
         if not isinstance(value, str) or not _FINGERPRINT.match(value):
-            raise LockError("%s: fingerprint %s is not sha256:<64 hex digits>." % (at, shown(str(value))))
+            raise LockError("%s: %s %s is not sha256:<64 hex digits>." % (at, key, shown(str(value))))
     return value
 
 
@@ -257,6 +260,15 @@ def _body(lines, first, where):
     return packages
 
 
+def digest_of(packages):
+    """sha256:<hex> of every pin WITH its hashes (sorted ``name==version sha256:... sha256:...`` lines): what the
+    fingerprint (names and versions only, which a host can compute too) does not cover. A lock whose hashes were
+    changed after it was made no longer matches it."""
+    lines = sorted("%s==%s %s" % (name, pin["version"], " ".join(sorted(pin["hashes"])))
+                   for name, pin in packages.items())
+    return "sha256:" + hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
+
+
 def fingerprint_of(packages):
     """pkgnames.set_fingerprint of the pins {name: {version}}."""
     return pkgnames.set_fingerprint((name, pin["version"]) for name, pin in packages.items())
@@ -302,6 +314,18 @@ def parse_lock(text, where="the lock"):
                         "was made. Make a new lock rather than editing one."
                         % (where, pkgnames.short_fingerprint(meta["fingerprint"]),
                            pkgnames.short_fingerprint(fingerprint)))
+    trailers = [(n, line) for n, line in enumerate(lines, 1) if line.startswith(DIGEST_PREFIX)]
+    if len(trailers) != 1:
+        raise LockError("%s: %s, where a lock ends in one line %s<sha256:...> (the digest of every pin with its hashes); "
+                        "it was not written by this collection or was cut." % (
+                            where, "it has no digest line" if not trailers else "it has %d digest lines" % len(trailers),
+                            DIGEST_PREFIX))
+    meta["digest"] = _meta_value("digest", trailers[0][1][len(DIGEST_PREFIX):], where, trailers[0][0])
+    digest = digest_of(packages)
+    if digest != meta["digest"]:
+        raise LockError("%s: its hashes do not match its digest (header %s, hashes %s): a wheel's hash was changed "
+                        "after it was made. Make a new lock rather than editing one."
+                        % (where, pkgnames.short_fingerprint(meta["digest"]), pkgnames.short_fingerprint(digest)))
     name, version, _written = _pin(meta["package"])
     pinned = packages.get(name)
     if pinned is None:
@@ -347,7 +371,8 @@ def render_lock(meta, body, where="the resolution"):
         if control_character(value):
             raise LockError("the lock's %s holds a control character." % (key,))
         header.append("# %s: %s" % (key, value))
-    text = "\n".join(header + lines) + "\n"
+    body_lines = [line for line in lines if not line.startswith(DIGEST_PREFIX)]
+    text = "\n".join(header + body_lines + [DIGEST_PREFIX + digest_of(packages)]) + "\n"
     parse_lock(text, where)
     return text
 

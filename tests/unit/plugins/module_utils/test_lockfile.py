@@ -60,7 +60,10 @@ def test_render_writes_the_header_uv_reads_as_comments():
                                                       ("vllm", "0.33.0")]),
     ]
     assert lines[9] == "lark==1.2.2 \\"
-    assert text.endswith("# via -r -\n")
+    # the trailer: the digest of every pin with its hashes
+    assert lines[-2] == "    # via -r -"
+    assert lines[-1] == "# digest: " + lf.digest_of(lf.parse_lock(text)["packages"])
+    assert text.endswith("\n")
 
 
 def test_parse_gives_meta_pins_and_fingerprint():
@@ -326,3 +329,22 @@ def test_diff_hides_credentials_and_control_characters_and_cuts_long_sources():
     line = lf.diff_lines(diff)[0]
     assert "token" not in line and "***@git.example" in line
     assert "\x1b" not in line and len(line) < 200
+
+
+def test_a_hash_changed_after_the_lock_was_made_is_refused():
+    # the fingerprint (names and versions, what a host can compute) does not change; the digest does
+    swapped = GOOD.replace("vllm==0.33.0 \\\n    --hash=sha256:%s" % H1, "vllm==0.33.0 \\\n    --hash=sha256:%s" % H2)
+    assert swapped != GOOD and lf.fingerprint_of(lf._body(swapped.split("\n")[9:], 10, "x")) == lf.parse_lock(GOOD)["fingerprint"]
+    with pytest.raises(lf.LockError, match="its hashes do not match its digest .* a wheel's hash was changed"):
+        lf.parse_lock(swapped)
+
+
+@pytest.mark.parametrize("case, words", [("none", "it has no digest line"), ("two", "it has 2 digest lines"),
+                                         ("bad form", "digest 'md5:1' is not sha256")])
+def test_the_digest_line_is_one_and_well_formed(case, words):
+    last = GOOD.rstrip("\n").split("\n")[-1]
+    text = {"none": GOOD.replace(last + "\n", ""), "two": GOOD + last + "\n",
+            "bad form": GOOD.replace(last, "# digest: md5:1")}[case]
+    with pytest.raises(lf.LockError) as err:
+        lf.parse_lock(text, where="fleet.lock")
+    assert words in str(err.value)
