@@ -13,6 +13,8 @@ vllm_envs (module_utils/venvs.py).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import re
+
 from ansible.errors import AnsibleFilterError
 
 
@@ -23,16 +25,24 @@ def _pristine_at(check, version):
     return check.get("pristine") is True and str(check.get("version") or "") == str(version)
 
 
-def _is_the_lock(fingerprint):
-    """An env_fingerprint result says: exactly the lock's packages, every one pristine (a skipped or missing
-    check says no)."""
+def _canonical(name):
+    return re.sub(r"[-_.]+", "-", str(name)).lower()
+
+
+def _is_the_lock(fingerprint, accepted=()):
+    """An env_fingerprint result says: exactly the lock's packages, every one pristine but the ACCEPTED ones (a
+    skipped or missing check says no)."""
     if not isinstance(fingerprint, dict) or fingerprint.get("skipped"):
         return False
-    return fingerprint.get("matches") is True and not fingerprint.get("not_pristine")
+    listed = fingerprint.get("not_pristine") or []
+    if (fingerprint.get("not_pristine_total") or 0) > len(listed):
+        return False
+    skip = set(_canonical(a) for a in accepted or ())
+    return fingerprint.get("matches") is True and all(_canonical(d.get("name")) in skip for d in listed)
 
 
 def reinstall_plan(current_check, target_version, force=False, current_env="", reuse_check=None, reuse_env="",
-                   new_env="", locked=False, current_fingerprint=None, reuse_fingerprint=None):
+                   new_env="", locked=False, current_fingerprint=None, reuse_fingerprint=None, accepted=None):
     """What stage.yml does and which environment it leaves staged (see reinstall_plan.yml).
 
     none:  the current environment is the pristine target (and force is off)
@@ -47,10 +57,11 @@ def reinstall_plan(current_check, target_version, force=False, current_env="", r
         raise AnsibleFilterError("reinstall_plan: force must be true or false, got %r" % (force,))
     if not isinstance(locked, bool):
         raise AnsibleFilterError("reinstall_plan: locked must be true or false, got %r" % (locked,))
-    if not force and _pristine_at(current_check, target_version) and (not locked or _is_the_lock(current_fingerprint)):
+    if (not force and _pristine_at(current_check, target_version)
+            and (not locked or _is_the_lock(current_fingerprint, accepted))):
         return {"action": "none", "env": current_env or "", "needed": False}
     if (not force and reuse_env and _pristine_at(reuse_check, target_version)
-            and (not locked or _is_the_lock(reuse_fingerprint))):
+            and (not locked or _is_the_lock(reuse_fingerprint, accepted))):
         return {"action": "reuse", "env": reuse_env, "needed": True}
     return {"action": "build", "env": new_env or "", "needed": True}
 

@@ -43,6 +43,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment, venv_site_dirs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
@@ -132,15 +133,15 @@ def check_packages(env, dist_name="vllm", expected=None, expected_fingerprint=No
     return result, None
 
 
-def packages_cells(packages, dist_name, problem=None):
+def packages_cells(packages, dist_name, problem=None, accepted=()):
     """The row's package cells: fingerprint (12 hex), packages (count), packages_not_pristine (the names of the
     distributions other than ``dist_name`` that are not pristine), lock ('' without one, 'same' or what
     differs)."""
     if not packages:
         return {"fingerprint": "", "packages": None, "packages_not_pristine": [],
                 "lock": ("not read: %s" % _clip(problem, 200)) if problem else ""}
-    name = dist_name.replace("_", "-").lower()
-    dirty = [d["name"] for d in packages.get("not_pristine") or [] if d.get("name") != name]
+    skip = set([canonical_name(dist_name)] + [canonical_name(a) for a in accepted or ()])
+    dirty = [d["name"] for d in packages.get("not_pristine") or [] if canonical_name(d.get("name") or "") not in skip]
     more = (packages.get("not_pristine_total") or 0) - len(packages.get("not_pristine") or [])
     lock = ""
     if packages.get("matches") is True:
@@ -393,7 +394,7 @@ def _not_done(part, why):
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
            nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
-           expected_fingerprint=None):
+           expected_fingerprint=None, accept_not_pristine=()):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -430,7 +431,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     else:
         packages, packages_problem = check_packages(env, dist_name, expected_packages, expected_fingerprint,
                                                     max_list, timeout=max(0.001, deadline.left()))
-    package_cells = packages_cells(packages, dist_name, packages_problem)
+    package_cells = packages_cells(packages, dist_name, packages_problem, accept_not_pristine)
     present, config_files, config_errors = check_configs(model_dirs, model_files, symlinks, deadline=deadline)
     not_done.extend(_not_done("config", e) for e in config_errors if " not planned: the time limit " in e)
     dumps = dict(dumps or {})

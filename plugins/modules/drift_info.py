@@ -225,6 +225,13 @@ options:
   expected_fingerprint:
     description: The fingerprint the environment must have (a fleet lock's, C(sha256:<hex>)).
     type: str
+  accept_not_pristine:
+    description:
+      - Distributions whose files do not match their own RECORD by upstream packaging (the C(fleet) role's
+        C(fleet_accepted_not_pristine)); they are left out of RV(row.packages_not_pristine) and are no drift.
+    type: list
+    elements: str
+    default: []
   diff_max_files:
     description:
       - The most changed files diffed. The others are counted in RV(diffs.not_diffed).
@@ -658,6 +665,7 @@ def main():
             wheel_dirs=dict(type="list", elements="path", default=[]),
             expected_packages=dict(type="dict"),
             expected_fingerprint=dict(type="str"),
+            accept_not_pristine=dict(type="list", elements="str", default=[]),
             diff_max_files=dict(type="int", default=DIFF_MAX_FILES),
             diff_max_bytes=dict(type="int", default=DIFF_MAX_BYTES),
             diff_max_total=dict(type="int", default=DIFF_MAX_TOTAL),
@@ -722,6 +730,7 @@ def main():
             unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
             expected_version=params["expected_version"], deadline=deadline,
             expected_packages=params["expected_packages"], expected_fingerprint=params["expected_fingerprint"],
+            accept_not_pristine=params["accept_not_pristine"],
             diffs=dict(wheel_dirs=params["wheel_dirs"], max_files=params["diff_max_files"],
                        max_bytes=params["diff_max_bytes"], max_total=params["diff_max_total"]))
     except Exception as exc:  # pylint: disable=broad-except

@@ -36,6 +36,9 @@ RESOLVE = """---
     reinstall_resolve_uv: {uv}
     reinstall_resolve_no_index: true
     reinstall_resolve_find_links: [{out_dir}]
+    reinstall_locked: {locked}
+    reinstall_resolve_python_version: "3.11"
+    reinstall_resolve_python_platform: x86_64-manylinux_2_36
   tasks:
     - name: Resolve
       ansible.builtin.include_role:
@@ -63,7 +66,7 @@ def test_a_serial_play_resolves_once_and_every_batch_gets_that_version(tmp_path)
     inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
     playbook = tmp_path / "serial.yml"
     playbook.write_text(RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
-                                       out_dir=json.dumps(str(tmp_path))))
+                                       out_dir=json.dumps(str(tmp_path)), locked="false"))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
@@ -71,6 +74,46 @@ def test_a_serial_play_resolves_once_and_every_batch_gets_that_version(tmp_path)
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     # three batches, one call of uv: the later batches took the first one's version
+    assert calls.read_text() == "call\n"
+    versions = json.loads((tmp_path / "versions.json").read_text())
+    assert versions == dict(("h%d" % n, "0.33.1") for n in range(1, 6))
+
+
+# uv for the lock: its version, then a compile that writes one pinned, hashed vllm per call to --output-file
+FAKE_UV_LOCK = """#!/bin/sh
+if [ "$1" = "--version" ]; then echo "uv 0.13.9"; exit 0; fi
+echo call >> "{calls}"
+cat > /dev/null
+n=$(wc -l < "{calls}" | tr -d ' ')
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--output-file" ]; then
+    printf 'vllm==0.33.%s \\\n    --hash=sha256:%064d\n' "$n" "$n" > "$2"
+  fi
+  shift
+done
+"""
+
+
+def test_a_serial_play_locks_once_and_every_batch_gets_that_lock(tmp_path):
+    calls = tmp_path / "calls"
+    uv = tmp_path / "uv"
+    uv.write_text(FAKE_UV_LOCK.format(calls=calls))
+    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "vllm-0.33.1-py3-none-any.whl").write_text("")
+    inventory = tmp_path / "hosts"
+    inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
+    playbook = tmp_path / "serial.yml"
+    playbook.write_text(RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
+                                       out_dir=json.dumps(str(tmp_path)), locked="true")
+                        .replace("reinstall_locked: true", "reinstall_locked: true\n    reinstall_resolve: false"
+                                 "\n    reinstall_version: latest"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    # three batches, one lock: a newer build on the index in between (the next call would say 0.33.2) changes nothing
     assert calls.read_text() == "call\n"
     versions = json.loads((tmp_path / "versions.json").read_text())
     assert versions == dict(("h%d" % n, "0.33.1") for n in range(1, 6))

@@ -87,3 +87,15 @@ def test_unlocked_plan_ignores_the_fingerprints():
 def test_plan_refuses_a_locked_that_is_not_a_bool():
     with pytest.raises(AnsibleFilterError, match="locked must be true or false"):
         reinstall_plan(PRISTINE, TARGET, locked="yes")
+
+
+def test_a_dependency_accepted_as_not_pristine_upstream_does_not_force_a_build():
+    # pynvvideocodec 2.0.4's RECORD does not match its own .so files: a fleet that accepts it converges
+    upstream = dict(THE_LOCK, not_pristine=[{"name": "PyNvVideoCodec", "version": "2.0.4", "reason": "2 modified"}],
+                    not_pristine_total=1)
+    kwargs = dict(current_env=CURRENT, new_env=NEW, locked=True, current_fingerprint=upstream)
+    assert reinstall_plan(PRISTINE, TARGET, **kwargs)["action"] == "build"
+    assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"], **kwargs)["action"] == "none"
+    # more not pristine than the module listed: not known to be only the accepted ones
+    assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"],
+                          **dict(kwargs, current_fingerprint=dict(upstream, not_pristine_total=11)))["action"] == "build"

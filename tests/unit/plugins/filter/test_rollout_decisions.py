@@ -257,3 +257,15 @@ def test_a_host_rolled_back_after_its_proof_is_not_said_to_hold_the_lock():
     row = rollout_rows(["x"], {"x": facts})[0]
     assert row["status"] == "FAILED, rolled back"
     assert row["environment_after"] is None and row["dependencies"] is None
+
+
+def test_the_package_cells_leave_out_vllm_and_the_accepted_ones():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import packages_cells
+    packages = {"fingerprint": "sha256:" + "a" * 64, "count": 137, "matches": False, "missing": [],
+                "extra": [{"name": "debugpy", "version": "1.8"}], "different": [{"name": "lark"}],
+                "not_pristine": [{"name": "vllm"}, {"name": "pynvvideocodec"}, {"name": "lark"}],
+                "not_pristine_total": 4}
+    cells = packages_cells(packages, "vllm", accepted=["PyNvVideoCodec"])
+    assert cells == {"fingerprint": "a" * 12, "packages": 137, "packages_not_pristine": ["lark", "and 1 more"],
+                     "lock": "differs: 1 other version, 1 not in the lock"}
+    assert packages_cells(None, "vllm", "timeout")["lock"] == "not read: timeout"
