@@ -216,7 +216,10 @@ def test_the_first_rollout_kept_its_lock_and_the_converge_rolled_out_exactly_tha
     assert "torch" in lock_header(first, "excluded")
     pins = re.findall(r"^([a-z0-9-]+)==(\S+) \\$", first, re.M)
     assert ("lark", "1.3.1") in pins and ("gguf", "0.19.0") in pins and len(pins) > 100
-    assert all("--hash=sha256:" in block for block in re.split(r"\n(?=[a-z0-9-]+==)", first.split("\n\n", 1)[-1]) if "==" in block)
+    # every pin carries the sha256 of its wheel (the first block is the header)
+    blocks = re.split(r"\n(?=[a-z0-9-]+==)", first)[1:]
+    assert len(blocks) == len(pins) and all("--hash=sha256:" in block for block in blocks)
+    assert re.search(r"^# digest: sha256:[0-9a-f]{64}$", first, re.M)
 
 
 def test_the_summary_shows_each_updated_hosts_dependency_diff():
