@@ -112,9 +112,9 @@ def row_cells(row, locked=False):
     if row.get("artifacts_removed") is not None:
         dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
     cells = [cell(row.get("host")), cell(row.get("status")), cell(row.get("build_before")), _files(row.get("pristine_before")),
-            cell(row.get("build_after")), _fmt(row.get("downtime_s"), "%.1f"), dumps,
-            cell(row.get("config_keys_removed")), _files(row.get("pristine"), upper=True),
-            _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
+             cell(row.get("build_after")), _fmt(row.get("downtime_s"), "%.1f"), dumps,
+             cell(row.get("config_keys_removed")), _files(row.get("pristine"), upper=True),
+             _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
     if locked:
         cells.insert(PACKAGES_AT, packages_cell(row))
     return cells

@@ -23,7 +23,7 @@ description:
   - A note, and the task passes, when the driver's CUDA minor is older (CUDA's minor-version compatibility), when a
     GPU runs through PTX compiled at the first start, or when the environment has no torch (nothing to check).
   - The rollout runs it on the staged build while the old build serves, so a host that fails keeps serving.
-  - Read-only; RV(changed) is always V(false).
+  - Read-only; it never changes anything on the host.
 options:
   venv:
     description: The virtual environment whose torch is checked (its C(lib/pythonX.Y/site-packages)).

@@ -97,5 +97,5 @@ def test_a_dependency_accepted_as_not_pristine_upstream_does_not_force_a_build()
     assert reinstall_plan(PRISTINE, TARGET, **kwargs)["action"] == "build"
     assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"], **kwargs)["action"] == "none"
     # more not pristine than the module listed: not known to be only the accepted ones
-    assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"],
-                          **dict(kwargs, current_fingerprint=dict(upstream, not_pristine_total=11)))["action"] == "build"
+    kwargs["current_fingerprint"] = dict(upstream, not_pristine_total=11)
+    assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"], **kwargs)["action"] == "build"

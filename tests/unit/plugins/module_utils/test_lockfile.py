@@ -342,7 +342,7 @@ def test_a_hash_changed_after_the_lock_was_made_is_refused():
 @pytest.mark.parametrize("case, words", [("none", "it has no digest line"), ("two", "it has 2 digest lines"),
                                          ("bad form", "digest 'md5:1' is not sha256")])
 def test_the_digest_line_is_one_and_well_formed(case, words):
-    last = GOOD.rstrip("\n").split("\n")[-1]
+    last = GOOD.rstrip("\n").rsplit("\n", maxsplit=1)[-1]
     text = {"none": GOOD.replace(last + "\n", ""), "two": GOOD + last + "\n",
             "bad form": GOOD.replace(last, "# digest: md5:1")}[case]
     with pytest.raises(lf.LockError) as err:
