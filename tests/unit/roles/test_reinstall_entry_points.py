@@ -57,25 +57,33 @@ RESOLVE = """---
 """
 
 
-def test_a_serial_play_resolves_once_and_every_batch_gets_that_version(tmp_path):
+def run_serial(tmp_path, fake_uv, locked):
+    """RESOLVE in five batches of two hosts with FAKE_UV as the control node's uv; (uv's calls, each host's version)."""
     calls = tmp_path / "calls"
     uv = tmp_path / "uv"
-    uv.write_text(FAKE_UV.format(calls=calls))
+    uv.write_text(fake_uv.format(calls=calls))
     uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
     inventory = tmp_path / "hosts"
     inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
     playbook = tmp_path / "serial.yml"
-    playbook.write_text(RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
-                                       out_dir=json.dumps(str(tmp_path)), locked="false"))
+    text = RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
+                          out_dir=json.dumps(str(tmp_path)), locked="true" if locked else "false")
+    if locked:
+        text = text.replace("reinstall_locked: true", "reinstall_locked: true\n    reinstall_resolve: false")
+    playbook.write_text(text)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
                            "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return calls.read_text(), json.loads((tmp_path / "versions.json").read_text())
+
+
+def test_a_serial_play_resolves_once_and_every_batch_gets_that_version(tmp_path):
+    calls, versions = run_serial(tmp_path, FAKE_UV, locked=False)
     # three batches, one call of uv: the later batches took the first one's version
-    assert calls.read_text() == "call\n"
-    versions = json.loads((tmp_path / "versions.json").read_text())
+    assert calls == "call\n"
     assert versions == dict(("h%d" % n, "0.33.1") for n in range(1, 6))
 
 
@@ -87,7 +95,7 @@ cat > /dev/null
 n=$(wc -l < "{calls}" | tr -d ' ')
 while [ $# -gt 0 ]; do
   if [ "$1" = "--output-file" ]; then
-    printf 'vllm==0.33.%s \\\n    --hash=sha256:%064d\n' "$n" "$n" > "$2"
+    printf 'vllm==0.33.%s \\\\\\n    --hash=sha256:%064d\\n' "$n" "$n" > "$2"
   fi
   shift
 done
@@ -95,27 +103,9 @@ done
 
 
 def test_a_serial_play_locks_once_and_every_batch_gets_that_lock(tmp_path):
-    calls = tmp_path / "calls"
-    uv = tmp_path / "uv"
-    uv.write_text(FAKE_UV_LOCK.format(calls=calls))
-    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
-    (tmp_path / "vllm-0.33.1-py3-none-any.whl").write_text("")
-    inventory = tmp_path / "hosts"
-    inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
-    playbook = tmp_path / "serial.yml"
-    playbook.write_text(RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
-                                       out_dir=json.dumps(str(tmp_path)), locked="true")
-                        .replace("reinstall_locked: true", "reinstall_locked: true\n    reinstall_resolve: false"
-                                 "\n    reinstall_version: latest"))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    calls, versions = run_serial(tmp_path, FAKE_UV_LOCK, locked=True)
     # three batches, one lock: a newer build on the index in between (the next call would say 0.33.2) changes nothing
-    assert calls.read_text() == "call\n"
-    versions = json.loads((tmp_path / "versions.json").read_text())
+    assert calls == "call\n"
     assert versions == dict(("h%d" % n, "0.33.1") for n in range(1, 6))
 
 
