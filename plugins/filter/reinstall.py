@@ -13,9 +13,9 @@ vllm_envs (module_utils/venvs.py).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import re
-
 from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
 
 
 def _pristine_at(check, version):
@@ -25,8 +25,16 @@ def _pristine_at(check, version):
     return check.get("pristine") is True and str(check.get("version") or "") == str(version)
 
 
-def _canonical(name):
-    return re.sub(r"[-_.]+", "-", str(name)).lower()
+def reinstall_unaccepted(fingerprint, accepted=None):
+    """The distributions an env_fingerprint result names as not pristine, but the ACCEPTED ones
+    (fleet_accepted_not_pristine); ['(N more than listed)'] when it did not list them all."""
+    if not isinstance(fingerprint, dict):
+        return []
+    listed = fingerprint.get("not_pristine") or []
+    more = (fingerprint.get("not_pristine_total") or 0) - len(listed)
+    skip = set(canonical_name(str(a)) for a in accepted or ())
+    names = [str(d.get("name")) for d in listed if canonical_name(str(d.get("name"))) not in skip]
+    return names + (["(%d more than listed)" % more] if more > 0 else [])
 
 
 def _is_the_lock(fingerprint, accepted=()):
@@ -34,11 +42,7 @@ def _is_the_lock(fingerprint, accepted=()):
     skipped or missing check says no)."""
     if not isinstance(fingerprint, dict) or fingerprint.get("skipped"):
         return False
-    listed = fingerprint.get("not_pristine") or []
-    if (fingerprint.get("not_pristine_total") or 0) > len(listed):
-        return False
-    skip = set(_canonical(a) for a in accepted or ())
-    return fingerprint.get("matches") is True and all(_canonical(d.get("name")) in skip for d in listed)
+    return fingerprint.get("matches") is True and not reinstall_unaccepted(fingerprint, accepted)
 
 
 def reinstall_plan(current_check, target_version, force=False, current_env="", reuse_check=None, reuse_env="",
@@ -72,4 +76,5 @@ class FilterModule(object):
     def filters(self):
         return {
             "reinstall_plan": reinstall_plan,
+            "reinstall_unaccepted": reinstall_unaccepted,
         }

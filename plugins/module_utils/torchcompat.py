@@ -34,6 +34,7 @@ import os
 import re
 import stat
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import read_regular
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 #: The most of version.py that is read (a real one is under 1 KiB).
@@ -68,13 +69,12 @@ def _open_regular(path):
 
 def read_version_file(path):
     """(torch version, CUDA version or None, text) of a ``torch/version.py``; None when it is not there."""
-    fd = _open_regular(path)
-    if fd is None:
-        return None
     try:
-        data = os.read(fd, VERSION_LIMIT + 1)
-    finally:
-        os.close(fd)
+        data = read_regular(path, VERSION_LIMIT + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CompatError("%s cannot be opened: %s" % (path, exc.strerror or exc))
     if len(data) > VERSION_LIMIT:
         raise CompatError("%s is larger than %d bytes; it is not torch's version file" % (path, VERSION_LIMIT))
     text = data.decode("utf-8", "replace")

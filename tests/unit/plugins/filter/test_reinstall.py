@@ -99,3 +99,12 @@ def test_a_dependency_accepted_as_not_pristine_upstream_does_not_force_a_build()
     # more not pristine than the module listed: not known to be only the accepted ones
     kwargs["current_fingerprint"] = dict(upstream, not_pristine_total=11)
     assert reinstall_plan(PRISTINE, TARGET, accepted=["pynvvideocodec"], **kwargs)["action"] == "build"
+
+
+def test_unaccepted_names_the_not_pristine_packages_but_the_accepted_ones():
+    from ansible_collections.gpufleet.vllm.plugins.filter.reinstall import reinstall_unaccepted
+    proof = dict(THE_LOCK, not_pristine=[{"name": "PyNvVideoCodec"}, {"name": "lark"}], not_pristine_total=2)
+    assert reinstall_unaccepted(proof, ["pynvvideocodec"]) == ["lark"]
+    assert reinstall_unaccepted(proof, ["pynvvideocodec", "Lark"]) == []
+    assert reinstall_unaccepted(dict(proof, not_pristine_total=5), ["pynvvideocodec", "lark"]) == ["(3 more than listed)"]
+    assert reinstall_unaccepted({"skipped": True}) == [] and reinstall_unaccepted(None) == []
