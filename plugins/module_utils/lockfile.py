@@ -61,7 +61,8 @@ HEADER_KEYS = (
     ("resolver", "resolver"),
     ("fingerprint", "fingerprint"),
 )
-#: the last line of a lock: the digest of every pin with its hashes (a trailer, so the body's lines keep their numbers)
+#: the last line of a lock: the digest of its header and of every pin with its hashes (a trailer, so the body's
+#: lines keep their numbers)
 DIGEST_PREFIX = "# digest: "
 _META_OF = dict(HEADER_KEYS)
 _KNOWN_KEYS = ", ".join(key for key, _meta in HEADER_KEYS)
@@ -260,13 +261,14 @@ def _body(lines, first, where):
     return packages
 
 
-def digest_of(packages):
-    """sha256:<hex> of every pin WITH its hashes (sorted ``name==version sha256:... sha256:...`` lines): what the
-    fingerprint (names and versions only, which a host can compute too) does not cover. A lock whose hashes were
-    changed after it was made no longer matches it."""
+def digest_of(packages, header=()):
+    """sha256:<hex> of the HEADER lines (as written, the first line included) and of every pin WITH its hashes
+    (sorted ``name==version sha256:... sha256:...`` lines): what the fingerprint (names and versions only, which a
+    host can compute too) does not cover. A lock whose header (its Python, its platform, its sources) or hashes
+    were changed after it was made no longer matches it."""
     lines = sorted("%s==%s %s" % (name, pin["version"], " ".join(sorted(pin["hashes"])))
                    for name, pin in packages.items())
-    return "sha256:" + hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256("".join(line + "\n" for line in list(header) + lines).encode("utf-8")).hexdigest()
 
 
 def fingerprint_of(packages):
@@ -316,16 +318,11 @@ def parse_lock(text, where="the lock"):
                            pkgnames.short_fingerprint(fingerprint)))
     trailers = [(n, line) for n, line in enumerate(lines, 1) if line.startswith(DIGEST_PREFIX)]
     if len(trailers) != 1:
-        raise LockError("%s: %s, where a lock ends in one line %s<sha256:...> (the digest of every pin with its hashes); "
+        raise LockError("%s: %s, where a lock ends in one line %s<sha256:...> (the digest of its header and of every pin with its hashes); "
                         "it was not written by this collection or was cut." % (
                             where, "it has no digest line" if not trailers else "it has %d digest lines" % len(trailers),
                             DIGEST_PREFIX))
     meta["digest"] = _meta_value("digest", trailers[0][1][len(DIGEST_PREFIX):], where, trailers[0][0])
-    digest = digest_of(packages)
-    if digest != meta["digest"]:
-        raise LockError("%s: its hashes do not match its digest (header %s, hashes %s): a wheel's hash was changed "
-                        "after it was made. Make a new lock rather than editing one."
-                        % (where, pkgnames.short_fingerprint(meta["digest"]), pkgnames.short_fingerprint(digest)))
     name, version, _written = _pin(meta["package"])
     pinned = packages.get(name)
     if pinned is None:
@@ -333,6 +330,12 @@ def parse_lock(text, where="the lock"):
     if pinned["version"] != version:
         raise LockError("%s: the header names %s but the pin is %s==%s."
                         % (where, meta["package"], name, pinned["version"]))
+    digest = digest_of(packages, lines[:number - 1])
+    if digest != meta["digest"]:
+        raise LockError("%s: its header or hashes do not match its digest (digest line %s, content %s): its Python, "
+                        "platform, sources or a wheel's hash was changed after it was made. Make a new lock rather "
+                        "than editing one."
+                        % (where, pkgnames.short_fingerprint(meta["digest"]), pkgnames.short_fingerprint(digest)))
     return {"meta": meta, "packages": packages, "fingerprint": fingerprint,
             "package": {"name": name, "version": version}}
 
@@ -372,7 +375,7 @@ def render_lock(meta, body, where="the resolution"):
             raise LockError("the lock's %s holds a control character." % (key,))
         header.append("# %s: %s" % (key, value))
     body_lines = [line for line in lines if not line.startswith(DIGEST_PREFIX)]
-    text = "\n".join(header + body_lines + [DIGEST_PREFIX + digest_of(packages)]) + "\n"
+    text = "\n".join(header + body_lines + [DIGEST_PREFIX + digest_of(packages, header)]) + "\n"
     parse_lock(text, where)
     return text
 

@@ -60,9 +60,9 @@ def test_render_writes_the_header_uv_reads_as_comments():
                                                       ("vllm", "0.33.0")]),
     ]
     assert lines[9] == "lark==1.2.2 \\"
-    # the trailer: the digest of every pin with its hashes
+    # the trailer: the digest of the header and of every pin with its hashes
     assert lines[-2] == "    # via -r -"
-    assert lines[-1] == "# digest: " + lf.digest_of(lf.parse_lock(text)["packages"])
+    assert lines[-1] == "# digest: " + lf.digest_of(lf.parse_lock(text)["packages"], lines[:9])
     assert text.endswith("\n")
 
 
@@ -335,8 +335,19 @@ def test_a_hash_changed_after_the_lock_was_made_is_refused():
     # the fingerprint (names and versions, what a host can compute) does not change; the digest does
     swapped = GOOD.replace("vllm==0.33.0 \\\n    --hash=sha256:%s" % H1, "vllm==0.33.0 \\\n    --hash=sha256:%s" % H2)
     assert swapped != GOOD and lf.fingerprint_of(lf._body(swapped.split("\n")[9:], 10, "x")) == lf.parse_lock(GOOD)["fingerprint"]
-    with pytest.raises(lf.LockError, match="its hashes do not match its digest .* a wheel's hash was changed"):
+    with pytest.raises(lf.LockError, match="its header or hashes do not match its digest .* a wheel's hash was changed"):
         lf.parse_lock(swapped)
+
+
+@pytest.mark.parametrize("line, edited", [("# python-version: 3.12", "# python-version: 3.11"),
+                                          ("# python-platform: x86_64-manylinux_2_36", "# python-platform: aarch64-manylinux_2_36"),
+                                          ("# excluded: none", "# excluded: torch")])
+def test_a_header_changed_after_the_lock_was_made_is_refused(line, edited):
+    # a lock made for one Python or platform cannot be made to look like one for another by editing its header
+    assert line in GOOD
+    with pytest.raises(lf.LockError, match="its header or hashes do not match its digest .* its Python, platform, "
+                                           "sources or a wheel's hash was changed"):
+        lf.parse_lock(GOOD.replace(line, edited))
 
 
 @pytest.mark.parametrize("case, words", [("none", "it has no digest line"), ("two", "it has 2 digest lines"),
