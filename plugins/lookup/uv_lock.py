@@ -17,7 +17,7 @@ description:
     the hosts' Python and platform, by running C(uv pip compile --generate-hashes) on the control node (never
     through a shell), and returns the fleet lock, one text.
   - The lock is uv's requirements output (each distribution as C(name==version) with the sha256 hashes of its files)
-    under a header of comment lines (C(# gpufleet.vllm lock v1), then C(python-version), C(python-platform),
+    under a header of comment lines (C(# gpufleet.vllm lock v2), then C(python-version), C(python-platform),
     C(package), C(sources), C(excluded), C(resolved-at), C(resolver) and C(fingerprint)), so a host installs exactly
     it with C(uv pip sync --require-hashes LOCK) and nothing is resolved again on a host.
   - The fingerprint is the digest of every pin (name and version) that a host's environment gives too when it holds
@@ -195,7 +195,7 @@ _raw:
   elements: str
   sample:
     - |
-      # gpufleet.vllm lock v1
+      # gpufleet.vllm lock v2
       # python-version: 3.12
       # python-platform: x86_64-manylinux_2_36
       # package: vllm==0.33.0

@@ -9,7 +9,7 @@ A lock is a uv requirements file (``uv pip compile --generate-hashes``
 output) under a header of comment lines, so ``uv pip sync --require-hashes
 LOCK`` reads it as it is::
 
-    # gpufleet.vllm lock v1
+    # gpufleet.vllm lock v2
     # python-version: 3.12
     # python-platform: x86_64-manylinux_2_36
     # package: vllm==0.33.0
@@ -49,7 +49,7 @@ import re
 from ansible_collections.gpufleet.vllm.plugins.module_utils import pkgnames
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character, shown
 
-MAGIC = "# gpufleet.vllm lock v1"
+MAGIC = "# gpufleet.vllm lock v2"
 #: header keys, in the order they are written, and the meta key each becomes
 HEADER_KEYS = (
     ("python-version", "python_version"),

@@ -120,7 +120,7 @@ def test_a_whole_environment_is_locked_with_the_hashes_of_its_files(house):
     # round trip: the header's fingerprint is the set fingerprint of the pins, as a host computes it
     assert parsed["fingerprint"] == pkgnames.set_fingerprint(
         [(p["name"], p["version"]) for p in parsed["packages"].values()])
-    assert text.startswith("# gpufleet.vllm lock v1\n# python-version: %s\n" % PY)
+    assert text.startswith("# gpufleet.vllm lock v2\n# python-version: %s\n" % PY)
 
 
 @needs_uv

@@ -47,7 +47,7 @@ def good_lock(body=BODY, **meta):
 def test_render_writes_the_header_uv_reads_as_comments():
     text = good_lock()
     lines = text.splitlines()
-    assert lines[0] == "# gpufleet.vllm lock v1"
+    assert lines[0] == "# gpufleet.vllm lock v2"
     assert lines[1:9] == [
         "# python-version: 3.12",
         "# python-platform: x86_64-manylinux_2_36",
@@ -137,7 +137,7 @@ def refit(text):
 HOSTILE = [
     ("empty", "", "line 1: missing header"),
     ("no header", BODY, "line 1: missing header"),
-    ("another format", GOOD.replace("lock v1", "lock v2", 1), "lock format this collection does not know"),
+    ("another format", GOOD.replace("lock v2", "lock v1", 1), "lock format this collection does not know"),
     ("unknown header key", insert_line(GOOD, 3, "# python-abi: cp312"), "line 3: unknown header key 'python-abi'"),
     ("header key twice", insert_line(GOOD, 3, "# python-version: 3.11"), "line 3: header key 'python-version' is "
                                                                          "given twice"),
