@@ -8,7 +8,13 @@
 #   scripts/index.sh publish WHEEL [COMMIT]
 #                                       add a wheel to the served "nightly"
 #                                       directory (and to COMMIT's per-commit
-#                                       index, 40 hex), atomically
+#                                       index, 40 hex), atomically; a wheel
+#                                       of the same name and other bytes
+#                                       replaces it (vLLM's nightly index is
+#                                       overwritten by every commit)
+#   scripts/index.sh unpublish NAME     take the wheel NAME (a file name) out
+#                                       of the nightly directory and of every
+#                                       per-commit index
 # It serves, as one index at $GPUFLEET_INDEX_URL, the wheelhouse (the fleet's
 # offline mirror) and $GPUFLEET_INDEX_DIR/nightly (the newer vLLM builds and
 # the dependencies only they need); vLLM's per-commit layout at
@@ -181,10 +187,24 @@ publish() {
   echo "$nightly/$name"
 }
 
+# the wheel NAME out of the served directories (the wheelhouse is the
+# mirror's, not the index's: nothing there is removed)
+unpublish() {
+  local name="${1:-}" dir
+  [[ -n "$name" ]] || die "usage: index.sh unpublish WHEEL_FILE_NAME"
+  [[ "$name" =~ ^[A-Za-z0-9][A-Za-z0-9._+-]*\.whl$ ]] || die "$name is not a wheel's file name"
+  rm -f "$INDEX_DIR/nightly/$name"
+  for dir in "$INDEX_DIR"/commits/*/; do
+    [[ -d "$dir" ]] && rm -f "$dir$name"
+  done
+  return 0
+}
+
 case "${1:-}" in
   up) up ;;
   down) stop ;;
   url) echo "http://$(addr):$GPUFLEET_INDEX_PORT/simple/" ;;
   publish) shift; publish "$@" ;;
-  *) die "usage: index.sh up|down|url|publish WHEEL [COMMIT]" ;;
+  unpublish) shift; unpublish "$@" ;;
+  *) die "usage: index.sh up|down|url|publish WHEEL [COMMIT]|unpublish NAME" ;;
 esac

@@ -217,6 +217,24 @@ def test_a_published_wheel_is_listed_at_once(world):
             hashlib.sha256(handle.read()).hexdigest()
 
 
+def test_unpublish_takes_a_build_out_of_the_index_and_its_commit_and_refuses_paths(world):
+    index_sh(world, "publish", world["build"], COMMIT)
+    index_sh(world, "up")
+    name = os.path.basename(world["build"])
+    assert "/packages/" + name in links(world["url"] + "vllm/")
+    index_sh(world, "unpublish", name)
+    assert "/packages/" + name not in links(world["url"] + "vllm/")
+    assert not os.path.exists(os.path.join(world["nightly"], name))
+    assert not os.path.exists(os.path.join(world["index_dir"], "commits", COMMIT, name))
+    index_sh(world, "unpublish", name)  # gone already: nothing to do
+    outside = world["tmp"] / "keep.whl"
+    outside.write_text("x")
+    for bad in ("../../keep.whl", str(outside), "", "vllm.tar.gz"):
+        result = index_sh(world, "unpublish", bad, check=False)
+        assert result.returncode != 0 and ("not a wheel's file name" in result.stderr or "usage" in result.stderr)
+    assert outside.exists()
+
+
 def test_per_commit_index_has_the_commits_build_only_and_unknown_commits_are_404(world):
     index_sh(world, "publish", world["build"], COMMIT)
     index_sh(world, "up")
