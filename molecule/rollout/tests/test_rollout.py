@@ -206,10 +206,16 @@ def lock_header(text, key):
     return re.search(r"^# %s: (.*)$" % key, text, re.M).group(1)
 
 
-def test_the_first_rollout_kept_its_lock_and_the_converge_rolled_out_exactly_that_lock():
+def lock_pins(text):
+    """The lock's pins with their hashes: its lines between the header and the digest line."""
+    return [line for line in text.splitlines() if not line.startswith("# ")]
+
+
+def test_the_first_rollout_kept_its_lock_and_the_converge_resolved_the_same_one():
     first, converge = lock_of("first"), lock_of("converge")
-    # converge.yml rolls out the first run's lock (reinstall_lock): the same file, byte for byte
-    assert converge == first
+    # resolved again from the same index (before the newer build was published): the same pins and hashes
+    assert lock_pins(converge) == lock_pins(first)
+    assert lock_header(converge, "fingerprint") == lock_header(first, "fingerprint")
     assert lock_header(first, "package").startswith("vllm==0.33.1.dev7+g")
     assert lock_header(first, "python-version") == "3.11"
     assert lock_header(first, "python-platform") == "x86_64-manylinux_2_36"
@@ -220,6 +226,33 @@ def test_the_first_rollout_kept_its_lock_and_the_converge_rolled_out_exactly_tha
     blocks = re.split(r"\n(?=[a-z0-9-]+==)", first)[1:]
     assert len(blocks) == len(pins) and all("--hash=sha256:" in block for block in blocks)
     assert re.search(r"^# digest: sha256:[0-9a-f]{64}$", first, re.M)
+
+
+def test_a_newer_build_published_between_the_batches_changed_nothing():
+    # converge.yml's watcher published vLLM 0.33.1.dev8 once rollout-2's batch switched its link
+    with open(os.path.join(REPORTS, "newer-published.json")) as handle:
+        published = json.load(handle)
+    assert published["wheel"].startswith("vllm-0.33.1.dev8+g") and published["container"] == "rollout-2"
+    assert published["after"] != published["before"] and published["after"].startswith("/opt/vllm/envs/")
+    node = host("rollout-3")
+    env = node.file("/opt/vllm/current").linked_to
+    staged_lock = node.file(env + "/gpufleet.lock")
+    # rollout-3's batch staged after the publication, from the lock resolved before it
+    assert staged_lock.mtime.timestamp() > published["published_at"]
+    assert lock_pins(staged_lock.content_string) == lock_pins(lock_of("converge"))
+    assert "0.33.1.dev8" not in staged_lock.content_string
+    assert node.run(env + "/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm\"))'").stdout.strip() \
+        == lock_header(lock_of("converge"), "package").split("==")[1]
+
+
+def test_a_tampered_wheel_and_a_lock_for_another_python_stopped_nothing():
+    # prepare.yml ran both against rollout-3 (rc 2, each saying why: checked there); its process and link are those
+    # from before the first rollout
+    node = host("rollout-3")
+    before = node.file("/var/tmp/rollout-before-pid").content_string.strip()
+    assert node.file("/var/tmp/rollout-after-bad-input").content_string.split() == [before, "none"]
+    tampered = rows(report("tampered", "summary.json"))["rollout-3"]
+    assert tampered["status"] != "updated" and tampered["downtime_s"] is None, tampered
 
 
 def test_the_summary_shows_each_updated_hosts_dependency_diff():
