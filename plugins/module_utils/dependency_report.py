@@ -131,8 +131,8 @@ def reference(rows, results, lock=None, lock_name=""):
         packages[name] = {"version": value.get("version") or "", "source": source}
     read = sum(counts.values())
     return {"kind": "majority", "whose": "the majority's",
-            "against": "the fleet's majority (fingerprint %s, held by %d of %d hosts)" % (one_line(majority),
-                                                                                         counts[majority], read),
+            "against": "the fleet's majority (fingerprint %s, held by %d of %d hosts)"
+                       % (one_line(majority), counts[majority], read),
             "packages": packages}
 
 

@@ -120,9 +120,8 @@ def test_the_host_that_differs_from_the_fleets_majority_gets_its_list(tmp_path):
 
 def test_with_audit_lock_each_host_is_compared_with_the_lock(tmp_path):
     lock = write_lock(tmp_path, NEW)
-    fleet = {"canary": result(NEW, lock="same"), "gpu-a02": result(OLD, lock="differs: 1 other version, 1 missing, 1 not "
-                                                                         "in the lock"),
-             "gpu-a03": result(OLD, lock="differs: 1 other version, 1 missing, 1 not in the lock")}
+    differs = "differs: 1 other version, 1 missing, 1 not in the lock"
+    fleet = {"canary": result(NEW, lock="same"), "gpu-a02": result(OLD, lock=differs), "gpu-a03": result(OLD, lock=differs)}
     proc, report = run_report(tmp_path, fleet, audit_lock=lock)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     md = (report / "drift.md").read_text()
