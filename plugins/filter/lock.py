@@ -20,7 +20,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, pkgnames
+from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report, lockfile, pkgnames
 
 
 def lock_info(text, package):
@@ -148,28 +148,13 @@ def lock_target(hosts, hostvars, python_version="", python_platform="", probe="r
     return {"python_version": python_version, "python_platform": python_platform, "from_hosts": sorted(read)}
 
 
-def _installed(environment):
-    """{name: {version, source}} of an env_fingerprint result (its distributions) or of such a dict."""
-    if isinstance(environment, dict) and "distributions" in environment:
-        environment = environment.get("distributions")
-    if isinstance(environment, dict):
-        return environment
-    found = {}
-    for dist in environment or ():
-        if isinstance(dist, dict) and dist.get("name"):
-            found[dist["name"]] = {"version": dist.get("version") or "", "source": dist.get("source") or "index"}
-    return found
-
-
 def lock_dependency_diff(environment, info, limit=20):
     """What a host's environment (an env_fingerprint result, or its distributions) changes into when it
     installs the lock of INFO: lockfile.dependency_diff plus ``lines`` (at most LIMIT short lines)."""
     if not isinstance(info, dict) or not info.get("pins"):
         return {}
-    after = dict((name, {"version": version, "source": "index"}) for name, version in info["pins"].items())
-    diff = lockfile.dependency_diff(_installed(environment), after)
-    diff["lines"] = lockfile.diff_lines(diff, limit)
-    return diff
+    return dependency_report.diff(dependency_report.installed(environment), dependency_report.pinned(info["pins"]),
+                                  limit)
 
 
 class FilterModule(object):

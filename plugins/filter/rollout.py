@@ -8,11 +8,11 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
-    as_int, cell, host_line, one_line, one_line_list,
+    as_int, cell, host_line, one_line, one_line_list, short_counts,
 )
 
 
@@ -41,6 +41,10 @@ def audit_line(row):
     if row.get("fingerprint"):
         packages = "packages %s (%s)" % (one_line(row["fingerprint"]), one_line(row.get("packages")))
         notes = [one_line(row[key]) for key in ("lock_note", "fleet") if row.get(key)]
+        deps = row.get("dependencies")
+        if isinstance(deps, dict) and deps.get("against") and short_counts(deps):
+            notes.append("%s against %s (listed in drift.md)" % (
+                one_line(short_counts(deps)), "the lock" if deps.get("reference") == "lock" else "the majority"))
         if row.get("packages_not_pristine"):
             notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
         parts.append(packages + (": " + "; ".join(notes) if notes else ""))
@@ -52,19 +56,18 @@ def audit_line(row):
     return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
 
 
-def audit_fingerprints(rows):
+def audit_fingerprints(rows, hostvars=None, lock=None, lock_file="", limit=dependency_report.DEPENDENCY_LINES,
+                       var="gpufleet_drift"):
     """The audit's rows with the fleet's view of their fingerprints (see audit_fingerprints.yml): ``fleet`` says
     whether a host holds what most of the fleet holds, ``lock_note`` what its lock cell means; a host that differs
-    from the fleet's majority, or from the lock, gets the drift class ``packages``."""
+    from the fleet's majority, or from the lock, gets the drift class ``packages``. With HOSTVARS (each host's
+    drift_info result in VAR): ``dependencies``, how each host's packages differ from LOCK (lock_info's dict; its
+    file's name LOCK_FILE), else from the fleet's majority (dependency_report.audit_dependencies)."""
     if not isinstance(rows, (list, tuple)):
         raise AnsibleFilterError("audit_fingerprints expects the audit's rows (a list), got %s" % type(rows).__name__)
-    counts = {}
-    for row in rows:
-        if isinstance(row, dict) and row.get("fingerprint"):
-            counts[row["fingerprint"]] = counts.get(row["fingerprint"], 0) + 1
+    counts, majority = dependency_report.fingerprint_counts(rows)
     read = sum(counts.values())
     ranked = sorted(counts.items(), key=lambda item: -item[1])
-    majority = ranked[0][0] if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
     out = []
     for row in rows:
         row = dict(row) if isinstance(row, dict) else row
@@ -78,25 +81,51 @@ def audit_fingerprints(rows):
                 row["fleet"] = ("DIFFERS from the fleet (%d of %d hosts hold %s)" % (counts[majority], read, majority)
                                 if majority else "DIFFERS: no fingerprint is held by most hosts (%s)"
                                 % ", ".join("%s on %d" % item for item in ranked))
-            lock = str(row.get("lock") or "")
-            row["lock_note"] = ("= lock" if lock == "same" else ("lock %s" % lock) if lock else "")
+            lock_cell = str(row.get("lock") or "")
+            row["lock_note"] = ("= lock" if lock_cell == "same" else ("lock %s" % lock_cell) if lock_cell else "")
             drift = list(row.get("drift") or [])
             # with a lock, the lock decides (the hosts that lag behind a canary are the majority); without one, the fleet
-            differs = lock.startswith("differs") if lock else row["fleet"].startswith("DIFFERS")
+            differs = lock_cell.startswith("differs") if lock_cell else row["fleet"].startswith("DIFFERS")
             if differs and "packages" not in drift:
                 drift.append("packages")
                 row["drift"] = [c for c in DRIFT_ORDER if c in drift] + [c for c in drift if c not in DRIFT_ORDER]
+        out.append(row)
+    if hostvars is not None:
+        try:
+            limit = dependency_report.bounded_limit(limit)
+        except (TypeError, ValueError):
+            raise AnsibleFilterError("audit_fingerprints: limit must be a number, got %r" % (limit,))
+        results = {}
+        for row in out:
+            if isinstance(row, dict) and row.get("host") is not None:
+                result = _get(_get(hostvars, row["host"]) or {}, var)
+                results[row["host"]] = result if isinstance(result, dict) else None
+        lock_name = one_line(str(lock_file or "").rstrip("/").rsplit("/", 1)[-1]) if lock_file else ""
+        out = dependency_report.audit_dependencies(out, results, lock if isinstance(lock, dict) else None, lock_name,
+                                                   limit)
+    for row in out:
         if isinstance(row, dict):
             row["packages_cell"] = packages_audit_cell(row)
-        out.append(row)
     return out
 
 
+def audit_dependency_markdown(rows):
+    """drift.md's section on each host's dependency diff (see audit_dependency_markdown.yml)."""
+    if not isinstance(rows, (list, tuple)):
+        raise AnsibleFilterError("audit_dependency_markdown expects the audit's rows (a list), got %s" % type(rows).__name__)
+    return dependency_report.audit_markdown(rows)
+
+
 def packages_audit_cell(row):
-    """The audit table's packages cell, escaped for Markdown (a host's package names are the host's text)."""
+    """The audit table's packages cell, escaped for Markdown (a host's package names are the host's text): the
+    fingerprint, the count, what the lock and the fleet say and, against the fleet's majority (or a source that is
+    not the lock's), how many packages differ (the list is in drift.md)."""
     if not row.get("fingerprint"):
         return "-"
     notes = [row.get("lock_note") or "", row.get("fleet") or ""]
+    deps = row.get("dependencies")
+    if isinstance(deps, dict) and deps.get("against") and (deps.get("reference") == "majority" or row.get("lock") == "same"):
+        notes.append(short_counts(deps))
     if row.get("packages_not_pristine"):
         notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
     text = "%s (%s)" % (one_line(row["fingerprint"]), one_line(row.get("packages")))
@@ -301,12 +330,9 @@ def _lock_cells(facts, status):
     dependencies = None
     plan_packages = _get(_get(facts, "rollout_plan", {}) or {}, "packages", None)
     if status == "updated" and isinstance(plan_packages, dict):
-        before = dict((d.get("name"), {"version": d.get("version"), "source": d.get("source")})
-                      for d in plan_packages.get("distributions") or [] if isinstance(d, dict) and d.get("name"))
-        pins = dict((name, {"version": version, "source": "index"}) for name, version in lock["pins"].items())
-        diff = lockfile.dependency_diff(before, pins)
-        dependencies = dict((k, diff[k]) for k in ("counts", "changed", "added", "removed", "source_changed"))
-        dependencies["lines"] = lockfile.diff_lines(diff, DEPENDENCY_LINES)
+        diff = dependency_report.diff(dependency_report.installed(plan_packages.get("distributions") or []),
+                                      dependency_report.pinned(lock["pins"]), DEPENDENCY_LINES)
+        dependencies = dict((k, diff[k]) for k in ("counts", "changed", "added", "removed", "source_changed", "lines"))
     return {"lock": str(lock.get("short") or ""), "lock_packages": lock.get("count"),
             "environment_after": after, "dependencies": dependencies}
 
@@ -332,6 +358,7 @@ class FilterModule(object):
             "rollout_line": rollout_line,
             "audit_line": audit_line,
             "audit_fingerprints": audit_fingerprints,
+            "audit_dependency_markdown": audit_dependency_markdown,
             "rollout_needs": rollout_needs,
             "rollout_pending": rollout_pending,
             "rollout_failed_hosts": rollout_failed_hosts,

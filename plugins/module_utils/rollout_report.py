@@ -107,6 +107,13 @@ def packages_cell(row):
     return cell("; ".join(parts)) if parts else DASH
 
 
+def dependency_block(host, counts, lines):
+    """The Markdown of one host's dependency diff, in the rollout's summary and the audit's report: a blank line,
+    ``**HOST** (COUNTS):``, a blank line and LINES as a list. HOST and COUNTS are escaped already (cell()), each
+    of LINES is Markdown already (a code span)."""
+    return ["", "**%s** (%s):" % (host, counts), ""] + ["- %s" % line for line in lines]
+
+
 def row_cells(row, locked=False):
     dumps = DASH
     if row.get("artifacts_removed") is not None:
@@ -151,8 +158,8 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
     if changed:
         out.extend(["", "## Dependencies: what each updated host's environment changed"])
         for row in changed:
-            out.extend(["", "**%s** (%s):" % (cell(row.get("host")), cell(row["dependencies"].get("counts"))), ""])
-            out.extend("- %s" % code(line) for line in row["dependencies"].get("lines") or [])
+            out.extend(dependency_block(cell(row.get("host")), cell(row["dependencies"].get("counts")),
+                                        [code(line) for line in row["dependencies"].get("lines") or []]))
     for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
