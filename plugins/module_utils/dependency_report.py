@@ -165,7 +165,8 @@ def host_dependencies(row, result, ref, limit=DEPENDENCY_LINES):
     packages = _packages(result)
     found = None
     if ref is not None and packages is not None and row.get("fingerprint"):
-        found = diff(ref["packages"], _distributions(result), limit)
+        # host -> reference: what converging this host would change (the rollout summary's words)
+        found = diff(_distributions(result), ref["packages"], limit)
         if not found["lines"]:
             found = None
     if found is None and not dirty and not more:
@@ -203,7 +204,7 @@ def _not_pristine_line(dist):
 
 def audit_markdown(rows):
     """drift.md's section on each host's dependencies: the reference, then per host that differs its diff (the
-    rollout's lines, reference -> host) and its not-pristine distributions. When no lock was given and no package
+    rollout's lines, host -> reference) and its not-pristine distributions. When no lock was given and no package
     set is held by most hosts, it says so instead of naming an odd one out. An empty string when nothing differs."""
     rows = [row for row in rows or [] if isinstance(row, dict)]
     shown = [row for row in rows if isinstance(row.get("dependencies"), dict)]
@@ -216,8 +217,9 @@ def audit_markdown(rows):
     out = ["## Dependencies: how each host's packages differ"]
     if against:
         whose = against[0].get("whose") or "the reference's"
-        out.extend(["", "Against %s. A line reads: %s version -> the host's; `+` a package only the host has, `-` one "
-                    "it lacks; `name: source -> source` the same package from another source (the index, a git build)."
+        out.extend(["", "Against %s. A line says what bringing the host to it changes, in the rollout summary's words: "
+                    "the host's version -> %s; `+` a package the host lacks, `-` one only the host has; "
+                    "`name: source -> source` the same package from another source (the index, a git build)."
                     % (md_text(against[0]["against"]), whose)])
     if tie:
         held = ", ".join("%s on %d host%s" % (fingerprint, number, "" if number == 1 else "s")

@@ -99,10 +99,11 @@ def test_the_host_that_differs_from_the_fleets_majority_gets_its_list(tmp_path):
     md = (report / "drift.md").read_text()
     majority = short_fingerprint(set_fingerprint(NEW.items()))
     text = section(md)
-    assert text.startswith("\n\nAgainst the fleet's majority (fingerprint %s, held by 2 of 3 hosts). A line reads: the "
-                           "majority's version -> the host's;" % majority), text
-    assert ("**gpu-a03** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.3.1 -> 1.2.2`\n- `+ debugpy 1.8.0`\n"
-            "- `- gguf 0.19.0`\n") in text
+    assert text.startswith("\n\nAgainst the fleet's majority (fingerprint %s, held by 2 of 3 hosts). A line says what "
+                           "bringing the host to it changes, in the rollout summary's words: the host's version -> the "
+                           "majority's;" % majority), text
+    assert ("**gpu-a03** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.2.2 -> 1.3.1`\n- `+ gguf 0.19.0`\n"
+            "- `- debugpy 1.8.0`\n") in text
     assert "gpu-a01" not in text and "gpu-a02" not in text
     # the table keeps the count; the play's line says it too
     assert "DIFFERS from the fleet (2 of 3 hosts hold %s); 1 changed, 1 added, 1 removed |" % majority in table_row(md, "gpu-a03")
@@ -112,9 +113,9 @@ def test_the_host_that_differs_from_the_fleets_majority_gets_its_list(tmp_path):
     rows = dict((r["host"], r) for r in json.loads((report / "drift.json").read_text())["hosts"])
     assert rows["gpu-a01"]["dependencies"] is None
     deps = rows["gpu-a03"]["dependencies"]
-    assert deps["changed"] == [{"name": "lark", "old": "1.3.1", "new": "1.2.2"}]
-    assert deps["added"] == [{"name": "debugpy", "version": "1.8.0"}]
-    assert deps["removed"] == [{"name": "gguf", "version": "0.19.0"}]
+    assert deps["changed"] == [{"name": "lark", "old": "1.2.2", "new": "1.3.1"}]
+    assert deps["removed"] == [{"name": "debugpy", "version": "1.8.0"}]
+    assert deps["added"] == [{"name": "gguf", "version": "0.19.0"}]
     assert deps["reference"] == "majority" and "packages" in rows["gpu-a03"]["drift"]
 
 
@@ -127,11 +128,11 @@ def test_with_audit_lock_each_host_is_compared_with_the_lock(tmp_path):
     md = (report / "drift.md").read_text()
     text = section(md)
     short = short_fingerprint(set_fingerprint(NEW.items()))
-    assert text.startswith("\n\nAgainst fleet.lock (fingerprint %s, 4 packages). A line reads: the lock's version -> the "
-                           "host's;" % short), text
+    assert text.startswith("\n\nAgainst fleet.lock (fingerprint %s, 4 packages). A line says what bringing the host "
+                           "to it changes, in the rollout summary's words: the host's version -> the lock's;" % short), text
     for host in ("gpu-a02", "gpu-a03"):
-        assert ("**%s** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.3.1 -> 1.2.2`\n- `+ debugpy 1.8.0`\n"
-                "- `- gguf 0.19.0`\n" % host) in text
+        assert ("**%s** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.2.2 -> 1.3.1`\n- `+ gguf 0.19.0`\n"
+                "- `- debugpy 1.8.0`\n" % host) in text
     # the canary holds the lock: no section, though the other hosts are the majority
     assert "canary" not in text
     rows = dict((r["host"], r) for r in json.loads((report / "drift.json").read_text())["hosts"])
@@ -169,16 +170,16 @@ def test_the_list_is_capped_and_hostile_names_show_as_text(tmp_path):
     md = (report / "drift.md").read_text()
     assert "\x1b" not in md and "42" not in md
     text = section(md)
-    block = text.split("**gpu-a03** (30 added, 1 source changed (3 unchanged)):\n\n", 1)[1].strip("\n").splitlines()
+    block = text.split("**gpu-a03** (30 removed, 1 source changed (3 unchanged)):\n\n", 1)[1].strip("\n").splitlines()
     assert len(block) == 6 and block[-1] == "- `... and 26 more`", block
     for line in block:
         # each line a code span, whatever backticks the name holds
         assert re.match(r"- (`+) ?[^`].*[^`] ?\1\Z", line), line
-    assert "- `+ </td><script>x</script> 6.6.6`" in block and "- `+ <img src=x onerror=alert(1)> 6.6.6`" in block
+    assert "- `- </td><script>x</script> 6.6.6`" in block and "- `- <img src=x onerror=alert(1)> 6.6.6`" in block
     # the table's row is one row of the table
     assert table_row(md, "gpu-a03").count(" | ") == 9
     deps = [r for r in json.loads((report / "drift.json").read_text())["hosts"] if r["host"] == "gpu-a03"][0]["dependencies"]
-    assert len(deps["added"]) == 30 and len(deps["lines"]) == 6
+    assert len(deps["removed"]) == 30 and len(deps["lines"]) == 6
 
 
 def test_a_bad_number_of_lines_is_refused_before_any_host_is_read(tmp_path):

@@ -57,8 +57,8 @@ def test_against_the_majority_the_odd_host_gets_its_diff_and_the_others_none():
     majority = short_fingerprint(set_fingerprint(NEW.items()))
     assert deps["reference"] == "majority"
     assert deps["against"] == "the fleet's majority (fingerprint %s, held by 2 of 3 hosts)" % majority
-    # the reference's version -> the host's: the host lags behind, lacks gguf and has debugpy the others lack
-    assert deps["lines"] == ["lark 1.3.1 -> 1.2.2", "+ debugpy 1.8.0", "- gguf 0.19.0"]
+    # the host's version -> the reference's: the host lags behind, lacks gguf and has debugpy the others lack
+    assert deps["lines"] == ["lark 1.2.2 -> 1.3.1", "+ gguf 0.19.0", "- debugpy 1.8.0"]
     assert deps["counts"] == "1 changed, 1 added, 1 removed (2 unchanged)"
     assert "packages" in rows["gpu-a03"]["drift"]
     # the table keeps the count, the line of the play output too; the list is the Markdown's
@@ -67,9 +67,10 @@ def test_against_the_majority_the_odd_host_gets_its_diff_and_the_others_none():
     assert "changed" not in rows["gpu-a01"]["packages_cell"]
     md = audit_dependency_markdown(list(rows.values()))
     assert md.startswith("## Dependencies: how each host's packages differ\n\nAgainst the fleet's majority (fingerprint "
-                         "%s, held by 2 of 3 hosts). A line reads: the majority's version -> the host's;" % majority)
-    assert ("**gpu-a03** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.3.1 -> 1.2.2`\n- `+ debugpy 1.8.0`\n"
-            "- `- gguf 0.19.0`\n") in md
+                         "%s, held by 2 of 3 hosts). A line says what bringing the host to it changes, in the rollout "
+                         "summary's words: the host's version -> the majority's;" % majority)
+    assert ("**gpu-a03** (1 changed, 1 added, 1 removed (2 unchanged)):\n\n- `lark 1.2.2 -> 1.3.1`\n- `+ gguf 0.19.0`\n"
+            "- `- debugpy 1.8.0`\n") in md
     assert "gpu-a01" not in md and "gpu-a02" not in md
 
 
@@ -83,11 +84,12 @@ def test_against_the_lock_the_lock_decides_even_when_the_lagging_hosts_are_the_m
     for name in ("b", "c"):
         deps = rows[name]["dependencies"]
         assert deps["reference"] == "lock" and deps["against"] == "fleet.lock (fingerprint 914c782977c8, 4 packages)"
-        assert deps["lines"] == ["lark 1.3.1 -> 1.2.2", "+ debugpy 1.8.0", "- gguf 0.19.0"]
+        assert deps["lines"] == ["lark 1.2.2 -> 1.3.1", "+ gguf 0.19.0", "- debugpy 1.8.0"]
         # the lock note already counts what differs: the cell does not say it twice
         assert rows[name]["packages_cell"].count("1 other version") == 1 and "1 changed" not in rows[name]["packages_cell"]
     md = audit_dependency_markdown(list(rows.values()))
-    assert "Against fleet.lock (fingerprint 914c782977c8, 4 packages). A line reads: the lock's version -> the host's;" in md
+    assert ("Against fleet.lock (fingerprint 914c782977c8, 4 packages). A line says what bringing the host to it "
+            "changes, in the rollout summary's words: the host's version -> the lock's;") in md
     assert "**b** (1 changed, 1 added, 1 removed (2 unchanged)):" in md and "**c** (" in md and "canary" not in md
 
 
@@ -98,7 +100,7 @@ def test_a_host_that_holds_the_locks_versions_from_a_git_build_shows_the_source(
                          lock_file="fleet.lock"))
     assert rows["a"]["dependencies"] is None
     deps = rows["b"]["dependencies"]
-    assert deps["lines"] == ["gguf: index -> git+https://***@git.example.org/gguf@0123abcd"]
+    assert deps["lines"] == ["gguf: git+https://***@git.example.org/gguf@0123abcd -> index"]
     assert deps["counts"] == "1 source changed (3 unchanged)"
     # "= lock" says the versions; the cell adds what the lock note cannot say
     assert rows["b"]["packages_cell"].endswith("= lock; same as all 2 hosts read; 1 source changed")
@@ -109,9 +111,9 @@ def test_the_majoritys_source_of_a_package_is_the_one_most_of_its_hosts_have():
     git = "git+https://git.example.org/gguf@0123abcd"
     rows = by_host(audit(host("a", NEW, sources={"gguf": git}), host("b", NEW), host("c", NEW), host("d", OLD)))
     # a holds the majority's versions; its gguf is a git build where b and c have the index's wheel
-    assert rows["a"]["dependencies"]["lines"] == ["gguf: index -> %s" % git]
+    assert rows["a"]["dependencies"]["lines"] == ["gguf: %s -> index" % git]
     assert rows["b"]["dependencies"] is None and rows["c"]["dependencies"] is None
-    assert "gguf: index -> git" not in " ".join(rows["d"]["dependencies"]["lines"])
+    assert "gguf: git" not in " ".join(rows["d"]["dependencies"]["lines"])
 
 
 def test_a_tie_has_no_majority_and_names_no_host_as_the_odd_one():
@@ -142,11 +144,11 @@ def test_the_list_is_capped_and_the_json_keeps_the_whole_diff():
     many = dict(NEW, **dict(("extra-%02d" % n, "1.%d" % n) for n in range(30)))
     rows = by_host(audit(host("a", NEW), host("b", NEW), host("c", many), limit=5))
     deps = rows["c"]["dependencies"]
-    assert len(deps["added"]) == 30
-    assert deps["lines"] == ["+ extra-00 1.0", "+ extra-01 1.1", "+ extra-02 1.2", "+ extra-03 1.3", "... and 26 more"]
+    assert len(deps["removed"]) == 30
+    assert deps["lines"] == ["- extra-00 1.0", "- extra-01 1.1", "- extra-02 1.2", "- extra-03 1.3", "... and 26 more"]
     md = audit_dependency_markdown(list(rows.values()))
-    block = md.split("**c** (30 added (4 unchanged)):\n\n", 1)[1].splitlines()
-    assert block == ["- `+ extra-00 1.0`", "- `+ extra-01 1.1`", "- `+ extra-02 1.2`", "- `+ extra-03 1.3`",
+    block = md.split("**c** (30 removed (4 unchanged)):\n\n", 1)[1].splitlines()
+    assert block == ["- `- extra-00 1.0`", "- `- extra-01 1.1`", "- `- extra-02 1.2`", "- `- extra-03 1.3`",
                      "- `... and 26 more`"]
     with pytest.raises(AnsibleFilterError, match="limit must be a number"):
         audit(host("a", NEW), limit="many")
@@ -192,4 +194,4 @@ def test_hostile_names_and_text_show_as_text():
             outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", line[2:])
             assert not unescaped.search(outside), line
     assert md.count("\n**") == 1
-    assert "``+ tick`s 6.6.6``" in md and "`+ <img src=x onerror=alert(1)> 6.6.6`" in md
+    assert "``- tick`s 6.6.6``" in md and "`- <img src=x onerror=alert(1)> 6.6.6`" in md
