@@ -293,3 +293,22 @@ def test_audit_before_shows_the_fleet_on_yesterdays_lock():
     for row in before.values():
         assert row["fleet"] == "same as all 3 hosts read" and row["packages"] > 100
         assert "packages" not in row["drift"]
+
+
+def test_the_audit_between_the_rollouts_lists_what_the_lock_changes_on_each_host():
+    midway = rows(report("midway", "drift.json"))
+    build = rows(report("first", "summary.json"))["rollout-1"]["build_after"]
+    assert midway["rollout-1"]["dependencies"] is None and midway["rollout-1"]["lock"] == "same"
+    for name in ("rollout-2", "rollout-3"):
+        deps = midway[name]["dependencies"]
+        assert deps["reference"] == "lock" and deps["against"].startswith("first.lock (fingerprint ")
+        assert deps["lines"] == ["lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> %s" % build, "+ gguf 0.19.0"], deps
+        assert "packages" in midway[name]["drift"]
+    found = sorted(glob.glob(os.path.join(REPORTS, "midway", "*", "drift.md")))
+    with open(found[-1]) as handle:
+        markdown = handle.read()
+    section = markdown.split("## Dependencies: how each host's packages differ", 1)[1]
+    assert "**rollout-1**" not in section
+    for name in ("rollout-2", "rollout-3"):
+        block = section.split("**%s**" % name, 1)[1].split("\n\n**", 1)[0]
+        assert "- `lark 1.2.2 -> 1.3.1`\n" in block and "- `+ gguf 0.19.0`" in block
