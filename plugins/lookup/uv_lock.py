@@ -41,6 +41,14 @@ options:
         its hashes, its fingerprint against its pins) and returned as it is; nothing is resolved and no requirement
         may be given. This is how a fleet rolls out exactly a previous lock.
     type: path
+  check_sources:
+    description:
+      - With O(lock_file), compare the package sources the kept lock was made from (its header's C(sources)) with
+        O(index_url), O(extra_index_urls), O(find_links) and O(no_index), and refuse the lock when they differ - a
+        lock made from a per-commit nightly index, rolled out again without that commit, would look for wheels the
+        hosts' sources no longer offer.
+    type: bool
+    default: false
   package:
     description:
       - The package the lock is about (its header's C(package) line, C(name==version)). Empty for the first term's
@@ -387,6 +395,11 @@ def lock(terms, package="", package_index="", index_url="", extra_index_urls=(),
         raise uvcli.bad("torch_backend", torch_backend, "is not a uv torch backend such as auto, cu130 or cpu")
     if package_index:
         uvcli.check_values(index_url=package_index)
+    sources = describe(index_url, extra_index_urls, find_links, no_index)
+    if len(sources) > lockfile.MAX_SOURCES:
+        raise uvcli.UvError("bad_input", "the package sources (%d index URLs and find-links) take %d characters, more "
+                            "than a lock's sources line holds (%d); nothing was run."
+                            % (1 + len(extra_index_urls or ()) + len(find_links or ()), len(sources), lockfile.MAX_SOURCES))
     package_name = names[0]
     if package:
         if not pkgnames.valid_name(package.strip()) or pkgnames.canonical_name(package.strip()) not in names:
@@ -482,9 +495,22 @@ class LookupModule(LookupBase):
             if terms:
                 raise AnsibleLookupError("uv_lock: give requirements to resolve or lock_file to read, not both.")
             try:
-                return [read_lock_file(to_text(lock_path))]
+                text = read_lock_file(to_text(lock_path))
             except uvcli.UvError as exc:
                 raise AnsibleLookupError(exc.message)
+            if self.get_option("check_sources"):
+                made_from = lockfile.parse_lock(text)["meta"]["sources"]
+                now = describe(to_text(self.get_option("index_url") or ""),
+                               [to_text(u) for u in self.get_option("extra_index_urls") or [] if u],
+                               [to_text(f) for f in self.get_option("find_links") or [] if f],
+                               bool(self.get_option("no_index")))
+                if made_from != now:
+                    raise AnsibleLookupError(
+                        "uv_lock: the lock %s was made from %s, and this run's package sources are %s: the hosts "
+                        "would look for its wheels where they may not be (a per-commit nightly index needs the same "
+                        "commit: -e reinstall_nightly_commit=...). Give the same sources, or make a new lock. Nothing "
+                        "was changed on any host." % (to_text(lock_path), made_from, now))
+            return [text]
         opts = dict(
             package=to_text(self.get_option("package") or ""),
             package_index=to_text(self.get_option("package_index") or ""),

@@ -54,6 +54,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import (
     set_fingerprint,
     valid_name,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
     RECORD_LIMIT,
     IntegrityError,
@@ -240,10 +241,10 @@ def _read_entry(dist, dir_name, dir_version):
                 os.path.basename(meta_file), "Name" if not name else "Version",
                 " (first %d bytes read)" % METADATA_LIMIT if len(data) > METADATA_LIMIT else ""))
     if name and dir_name and canonical_name(name) != canonical_name(dir_name):
-        dist.problem("METADATA names %s but the directory is %s" % (name, dist.entry))
+        dist.problem("METADATA names %s but the directory is %s" % (shown(name), shown(dist.entry)))
     elif canonical_version(version or "") and canonical_version(dir_version or "") and \
             canonical_version(dir_version) != canonical_version(version):
-        dist.problem("METADATA gives version %s but the directory is %s" % (version, dist.entry))
+        dist.problem("METADATA gives version %s but the directory is %s" % (shown(version), shown(dist.entry)))
     _settle_name(dist, name or dir_name, version or dir_version)
     if dist.kind != "dist-info":
         dist.source = "unknown"
@@ -511,9 +512,11 @@ def normalize_expected(expected):
     return out
 
 
-def compare(found, expected):
+def compare(found, expected, sources=None):
     """(missing, extra, different) between ``found`` (canonical name -> list of versions) and ``expected``
-    (canonical name -> version), each sorted by name."""
+    (canonical name -> version), each sorted by name. ``sources`` (canonical name -> list of sources): a
+    distribution at the expected version that was not installed from an index (a local build, a git checkout, a
+    file; its direct_url.json says so) is different too: a lock pins index wheels by their hashes."""
     missing = [{"name": n, "version": v} for n, v in sorted(expected.items()) if n not in found]
     extra = []
     different = []
@@ -523,6 +526,11 @@ def compare(found, expected):
             extra.extend({"name": name, "version": v} for v in versions)
         elif versions != [expected[name]]:
             different.append({"name": name, "expected": expected[name], "found": ", ".join(versions)})
+        else:
+            other = [src for src in (sources or {}).get(name, ()) if src != "index"]
+            if other:
+                different.append({"name": name, "expected": expected[name],
+                                  "found": "%s from %s" % (versions[0], other[0])})
     return missing, extra, different
 
 
@@ -552,8 +560,10 @@ def fingerprint_environment(environment, verify=True, expected=None, expected_fi
     not_pristine = []
     problems = list(loose)
     found = {}
+    found_sources = {}
     for dist in dists:
         found.setdefault(dist.name, []).append(dist.version)
+        found_sources.setdefault(dist.name, []).append(dist.source)
         if verify:
             pristine = not dist.problems and dist.verified and not dist.check.drift()
         else:
@@ -567,7 +577,7 @@ def fingerprint_environment(environment, verify=True, expected=None, expected_fi
             not_pristine.append({"name": dist.name, "version": dist.version, "reason": _reason(dist),
                                  "overwritten_by": sorted(dist.check.overwritten) if dist.check else []})
     fingerprint = set_fingerprint((d.name, d.version) for d in dists)
-    missing, extra, different = compare(found, wanted) if wanted is not None else ([], [], [])
+    missing, extra, different = compare(found, wanted, found_sources) if wanted is not None else ([], [], [])
     matches = None
     if wanted is not None or expected_fingerprint:
         matches = True

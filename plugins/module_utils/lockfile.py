@@ -83,6 +83,8 @@ _PYTHON = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\Z")
 _PLATFORM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}\Z")
 _RESOLVED_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z")
 _RESOLVER = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.+()-]{0,99}\Z")
+_BLANKS = re.compile(r"[ \t]+")
+_ODD_SPACE = re.compile(u"[^\\S \t]")
 _INLINE_COMMENT = re.compile(r"(^|\s)#.*\Z")
 
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
@@ -188,7 +190,12 @@ def _requirement(parts, where):
     number = parts[0][0]
     at = "%s, line %d" % (where, number)
     text = " ".join(part for _n, part in parts).strip()
-    words = [(word, n) for n, part in parts for word in part.split()]
+    odd = [part for _n, part in parts if _ODD_SPACE.search(part)]
+    if odd:
+        # (str.split() takes a no-break space for a blank; uv does not, and would refuse the line on every host)
+        raise LockError("%s: %s holds a space that is not an ASCII blank or tab (a no-break or other Unicode space); "
+                        "uv cannot read it." % (at, shown(odd[0])))
+    words = [(word, n) for n, part in parts for word in _BLANKS.split(part) if word]
     if words[0][0].startswith("-"):
         raise LockError("%s: %s is an option line; a lock holds only name==version lines with hashes (no -e, -r, "
                         "-c, --index-url, --extra-index-url, -f or other option)." % (at, shown(text)))

@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character
 
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 PYTHON_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
@@ -36,6 +37,8 @@ PLATFORM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # one PEP 440 version clause, as a requirement carries it (==0.33.0, >=0.32, ==0.33.*)
 SPECIFIER_RE = re.compile(r"^\s*(===|==|~=|!=|>=|<=|<|>)\s*[0-9A-Za-z.*!+_-]+\s*$")
+#: uv's environment settings kept from the control node's environment (they do not change what is resolved)
+UV_ENV_KEPT = ("UV_CACHE_DIR", "UV_HTTP_TIMEOUT", "UV_NATIVE_TLS", "UV_CONCURRENT_DOWNLOADS", "UV_NO_PROGRESS")
 STDOUT_CAP = 1024 * 1024
 STDERR_TAIL = 64 * 1024
 
@@ -96,8 +99,8 @@ def check_values(index_url="", extra_index_urls=(), find_links=(), python_versio
     for what, value in values:
         if not value:
             continue
-        if CONTROL_RE.search(value):
-            raise bad(what, value, "holds a control character (a newline, tab, NUL...)")
+        if CONTROL_RE.search(value) or control_character(value):
+            raise bad(what, value, "holds a control character (a newline, tab, NUL, a Unicode line separator...)")
         if value.startswith("-"):
             raise bad(what, value, "starts with '-' and would be read as an option of uv")
     if python_version and not PYTHON_VERSION_RE.match(python_version):
@@ -134,10 +137,29 @@ def source_args(index_url="", extra_index_urls=(), find_links=(), no_index=False
     return argv
 
 
+#: a URL in free text (uv's words, a lock's comment)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"`<>]+")
+#: a query parameter whose name says it holds a secret (its value is replaced)
+_SECRET_QUERY = re.compile(r"([?&;][^=&;#\s]*(?:token|secret|passw|signature|credential|key|auth|sig)[^=&;#\s]*=)[^&;#\s)\]]*",
+                           re.I)
+
+
+def _redact(match):
+    url = match.group(0)
+    scheme, rest = url.split("://", 1)
+    cut = min([i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0] or [len(rest)])
+    netloc, tail = rest[:cut], rest[cut:]
+    if "@" in netloc:
+        # user:password@ up to the LAST @ (a password may hold one)
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return scheme + "://" + netloc + _SECRET_QUERY.sub(r"\1REDACTED", tail)
+
+
 def without_credentials(text):
-    """TEXT (a URL, or uv's words holding URLs) with each URL's user:password@ part replaced by ***@ (for a
-    message, a report or a lock header)."""
-    return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1***@", text or "")
+    """TEXT (a URL, or uv's words holding URLs) with each URL's user:password@ part replaced by ***@ and the value
+    of each secret-looking query parameter (token=, X-Amz-Signature=, ...) by REDACTED (for a message, a report or a
+    lock)."""
+    return _URL.sub(_redact, text or "")
 
 
 def describe_sources(index_url="", extra_index_urls=(), find_links=(), no_index=False):
@@ -206,7 +228,11 @@ def find_uv(uv=""):
 
 def uv_environment(timeout, environment=None):
     """The environment uv runs with: ours, uv's HTTP timeout (unless set), no colour, then ENVIRONMENT."""
-    env = dict(os.environ)
+    # (uv's own settings from the environment would change the resolution without being recorded: an index
+    # set by UV_EXTRA_INDEX_URL is not in the lock's sources; they are dropped, but for those that cannot change
+    # what is resolved; ENVIRONMENT gives any one on purpose)
+    env = dict((key, value) for key, value in os.environ.items()
+               if not key.startswith("UV_") or key in UV_ENV_KEPT)
     env.setdefault("UV_HTTP_TIMEOUT", str(timeout))
     env["NO_COLOR"] = "1"
     for key, value in (environment or {}).items():

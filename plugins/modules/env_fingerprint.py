@@ -284,7 +284,9 @@ extra:
 different:
   description:
     - Distributions installed in another version than expected, each C(name), C(expected) and C(found) (two
-      versions joined with a comma when two metadata directories are installed).
+      versions joined with a comma when two metadata directories are installed); also a distribution at the
+      expected version that was not installed from an index (its C(direct_url.json) names a file, a directory or a
+      git checkout, C(found) is then C(1.2.2 from url:file:///...)), since an expected set is a lock's index wheels.
   returned: when the environment was read (also when O(fail_on_mismatch) fails the task)
   type: list
   elements: dict

@@ -239,6 +239,55 @@ open(out, 'w').write('vllm==0.34.0 \\\\\\n    --hash=sha256:' + 'a' * 64 + '\\n 
     assert "# from https://***@mirror.example/simple" in text
 
 
+def test_a_password_holding_an_at_sign_and_a_token_in_the_query_never_reach_the_lock(tmp_path):
+    # (uv itself drops user:password from its "# from" lines, not a query's token)
+    uv = fake_uv(tmp_path, """if sys.argv[1] == '--version':
+    print('uv 0.13.9')
+    sys.exit(0)
+out = sys.argv[sys.argv.index('--output-file') + 1]
+open(out, 'w').write('vllm==0.34.0 \\\\\\n    --hash=sha256:' + 'a' * 64 + '\\n    # from https://mirror.example/simple?token=SEKRET\\n')
+""")
+    text = ul.lock(["vllm"], index_url="https://user:p@ss@mirror.example/simple?token=SEKRET&page=2",
+                   python_version="3.12", uv=uv)
+    assert "SEKRET" not in text and "ss@" not in text and "user" not in text
+    assert "# sources: index https://***@mirror.example/simple?token=REDACTED&page=2\n" in text
+    assert "# from https://mirror.example/simple?token=REDACTED" in text
+
+
+def test_without_credentials_in_uvs_words():
+    words = ("error: Failed to fetch `https://a:b@c@idx.example/simple/vllm/?X-Amz-Signature=xyz&v=1` (see "
+             "http://other.example/x?access_key=k1)")
+    shown = uvcli.without_credentials(words)
+    assert shown == ("error: Failed to fetch `https://***@idx.example/simple/vllm/?X-Amz-Signature=REDACTED&v=1` (see "
+                     "http://other.example/x?access_key=REDACTED)")
+
+
+def test_uvs_own_settings_from_the_control_nodes_environment_do_not_reach_uv(monkeypatch):
+    # an index set by UV_EXTRA_INDEX_URL would change the resolution without being in the lock's sources
+    monkeypatch.setenv("UV_EXTRA_INDEX_URL", "http://elsewhere.example/simple")
+    monkeypatch.setenv("UV_INDEX", "x=http://elsewhere.example/simple")
+    monkeypatch.setenv("UV_CACHE_DIR", "/var/cache/uv")
+    env = uvcli.uv_environment(30, {"UV_INDEX_STRATEGY": "unsafe-best-match"})
+    assert "UV_EXTRA_INDEX_URL" not in env and "UV_INDEX" not in env
+    assert env["UV_CACHE_DIR"] == "/var/cache/uv" and env["UV_HTTP_TIMEOUT"] == "30"
+    # given on purpose (the environment option): kept
+    assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"index_url": "https://mirror.example/simple\u2028# python-version: 3.11"}, "holds a control character"),
+    ({"extra_index_urls": ["https://mirror.example/%d/simple" % n for n in range(80)]},
+     "more than a lock's sources line holds"),
+])
+def test_values_a_lock_cannot_hold_are_refused_before_uv_runs(tmp_path, kwargs, words):
+    marker = tmp_path / "ran"
+    uv = fake_uv(tmp_path, "open(%r, 'w').write('ran')\nsys.exit(1)\n" % str(marker))
+    with pytest.raises(uvcli.UvError) as err:
+        ul.lock(["vllm"], python_version="3.12", uv=uv, **kwargs)
+    assert words in err.value.message and err.value.kind == "bad_input"
+    assert not marker.exists()
+
+
 def test_an_output_larger_than_a_lock_may_be_is_refused_unread(tmp_path):
     uv = fake_uv(tmp_path, """if sys.argv[1] == '--version':
     print('uv 0.13.9')
@@ -451,6 +500,22 @@ def test_a_kept_lock_is_read_back_as_it_is_and_nothing_is_resolved(house, tmp_pa
     lookup = loaded_lookup()
     # no index, no uv needed: a lock file is read, never resolved again
     assert lookup.run([], variables={}, lock_file=str(kept), uv="/nonexistent/uv") == [text]
+
+
+def test_a_kept_lock_made_from_other_sources_is_refused_when_asked_to_check_them(house, tmp_path):
+    kept = tmp_path / "fleet.lock"
+    kept.write_text(offline(house))
+    lookup = loaded_lookup()
+    same = dict(lock_file=str(kept), check_sources=True, find_links=[house], no_index=True)
+    assert lookup.run([], variables={}, **same) == [kept.read_text()]
+    with pytest.raises(AnsibleLookupError) as err:
+        lookup.run([], variables={}, lock_file=str(kept), check_sources=True,
+                   index_url="https://wheels.example/nightly")
+    message = str(err.value)
+    assert "was made from no-index" not in message  # the header's words, as written
+    assert "was made from find-links %s; no-index, and this run's package sources are index " \
+           "https://wheels.example/nightly" % house in message
+    assert "reinstall_nightly_commit" in message and "Nothing was changed on any host" in message
 
 
 @pytest.mark.parametrize("case, words", [

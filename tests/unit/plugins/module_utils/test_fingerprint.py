@@ -371,7 +371,7 @@ def test_metadata_naming_another_distribution_is_a_problem(root):
     result = run(root)
     assert "alias" not in by_name(result)
     torch = by_name(result)["torch"]
-    assert torch["problem"] == "METADATA names torch but the directory is alias-1.0.dist-info"
+    assert torch["problem"] == "METADATA names 'torch' but the directory is 'alias-1.0.dist-info'"
 
 
 def test_a_huge_record_makes_the_distribution_not_pristine(root):
@@ -521,6 +521,20 @@ def test_expected_mismatch_in_each_direction(root):
                                   "1 missing (flashinfer-python 0.6.4), 1 not expected (typing-extensions 4.16.0).")
 
 
+def test_the_locked_version_from_another_source_is_not_the_lock(tmp_path):
+    # a local build of lark 1.2.2 (its own RECORD, so pristine) is not the index wheel the lock pins by its hash
+    venv = str(tmp_path / "v")
+    add_dist(venv, "lark", "1.2.2", files={"lark/__init__.py": b"PATCHED = True\n"},
+             direct_url={"url": "file:///root/builds/lark-1.2.2-py3-none-any.whl", "archive_info": {}})
+    add_dist(venv, "six", "1.17.0")
+    result = run(venv, expected={"lark": "1.2.2", "six": "1.17.0"})
+    assert result["fingerprint"] == set_fingerprint([("lark", "1.2.2"), ("six", "1.17.0")])
+    assert by_name(result)["lark"]["pristine"] is True
+    assert result["matches"] is False and result["missing"] == [] and result["extra"] == []
+    assert result["different"] == [{"name": "lark", "expected": "1.2.2",
+                                    "found": "1.2.2 from url:file:///root/builds/lark-1.2.2-py3-none-any.whl"}]
+
+
 def test_expected_fingerprint(root):
     good = set_fingerprint(EXPECTED.items())
     assert run(root, expected_fingerprint=good)["matches"] is True
@@ -568,7 +582,7 @@ def test_a_version_the_directory_spells_otherwise_is_no_problem(root):
     legacy = by_name(run(root))["legacy"]
     assert legacy["version"] == "1.0.post1" and legacy["problem"] is None and legacy["pristine"] is True
     add_dist(root, "liar", "2.0", dir_name="liar-1.0.dist-info")
-    assert by_name(run(root))["liar"]["problem"] == "METADATA gives version 2.0 but the directory is liar-1.0.dist-info"
+    assert by_name(run(root))["liar"]["problem"] == "METADATA gives version '2.0' but the directory is 'liar-1.0.dist-info'"
 
 
 def test_many_metadata_directories_for_one_name_are_named_bounded(root):

@@ -138,6 +138,8 @@ HOSTILE = [
     ("empty", "", "line 1: missing header"),
     ("no header", BODY, "line 1: missing header"),
     ("another format", GOOD.replace("lock v2", "lock v1", 1), "lock format this collection does not know"),
+    ("no-break space", GOOD.replace("vllm==0.33.0 \\", "vllm==0.33.0\u00a0\\"),
+     "holds a space that is not an ASCII blank or tab"),
     ("unknown header key", insert_line(GOOD, 3, "# python-abi: cp312"), "line 3: unknown header key 'python-abi'"),
     ("header key twice", insert_line(GOOD, 3, "# python-version: 3.11"), "line 3: header key 'python-version' is "
                                                                          "given twice"),
