@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write a copy of a fleet lock in which one package's sha256 is another
-(its last hex digit changed) and the digest trailer is made again through the
-collection's own lockfile.py, so the collection reads the copy as a valid
-lock: to a host it is a lock whose wheel the mirror no longer serves (what a
-tampered or overwritten mirror looks like from the lock's side).
+(its last hex digit changed), made again through the collection's own
+lockfile.render_lock (fingerprint and digest computed anew), so the
+collection reads the copy as a valid lock: to a host it is a lock whose wheel
+the mirror no longer serves (what a tampered or overwritten mirror looks like
+from the lock's side).
 
     tamper_lock.py LOCK OUTPUT PACKAGE
 """
@@ -24,10 +25,9 @@ def main(lock, output, package):
     old = pin["hashes"][0]
     new = old[:-1] + ("0" if old[-1] != "0" else "1")
     assert text.count(old[len("sha256:"):]) == 1, "the hash is not on one line of the lock"
-    text = text.replace(old[len("sha256:"):], new[len("sha256:"):])
-    pin["hashes"][0] = new
-    lines = [line for line in text.splitlines() if not line.startswith(lockfile.DIGEST_PREFIX)]
-    text = "\n".join(lines + [lockfile.DIGEST_PREFIX + lockfile.digest_of(parsed["packages"])]) + "\n"
+    # the body as uv wrote it (below the header: the magic line and one line per header key)
+    body = "\n".join(text.splitlines()[1 + len(lockfile.HEADER_KEYS):]) + "\n"
+    text = lockfile.render_lock(parsed["meta"], body.replace(old[len("sha256:"):], new[len("sha256:"):]), where=output)
     again = lockfile.parse_lock(text, where=output)
     assert again["packages"][pin["name"]]["hashes"][0] == new
     with open(output, "w", encoding="utf-8") as handle:
