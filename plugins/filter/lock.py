@@ -215,12 +215,12 @@ def lock_fetch_message(result, host, unit="", env="", source="the index"):
     found = lockfile.hash_mismatch(_output(result))
     if found:
         version = pkgnames.canonical_version(found["version"]) or found["version"]
-        return valid_text(printable_block(
-            "Refused before the stop %s: %s serves a wheel of %s %s whose sha256 (%s) differs from the lock's (%s): a "
-            "tampered or overwritten mirror. %s Compare that wheel on the mirror with the one the lock was made from, "
-            "or make a new lock from a mirror you trust." % (where, source, found["name"], version,
-                                                            _digests(found["computed"]), _digests(found["expected"]),
-                                                            kept)).replace("\n", " "))
+        text = ("Refused before the stop %s: %s serves a wheel of %s %s whose sha256 (%s) differs from the lock's "
+                "(%s): a tampered or overwritten mirror. %s Compare that wheel on the mirror with the one the lock was "
+                "made from, or make a new lock from a mirror you trust."
+                % (where, source, found["name"], version, _digests(found["computed"]), _digests(found["expected"]),
+                   kept))
+        return valid_text(printable_block(text).replace("\n", " "))
     said = [line.strip() for line in _output(result)[-lockfile.MAX_OUTPUT:].splitlines() if line.strip()]
     return valid_text(printable_block(
         "Fetching the lock's wheels before the stop failed %s: %s. %s" % (
