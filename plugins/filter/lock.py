@@ -8,8 +8,11 @@
 A lock's text (lookup gpufleet.vllm.uv_lock) becomes what the roles need:
 the target version, the pins every host must hold and their fingerprint
 (lock_info); whether a host's interpreter fits it (lock_target_problems);
-and what a host's environment changes into (lock_dependency_diff). The
-parsing and the checks are module_utils/lockfile.py's.
+what a host's environment changes into (lock_dependency_diff); which of its
+wheels an in-place install needs, fetched and checked before the stop
+(lock_fetch), and what to tell the operator when one of them is not the
+lock's (lock_fetch_message). The parsing and the checks are
+module_utils/lockfile.py's.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +24,7 @@ import re
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report, lockfile, pkgnames
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block, valid_text
 
 
 def lock_info(text, package):
@@ -157,6 +161,58 @@ def lock_dependency_diff(environment, info, limit=20):
                                   limit)
 
 
+def _output(result):
+    """The text of a command result (its stdout and stderr together), or of text itself."""
+    if isinstance(result, dict):
+        return "\n".join(str(result.get(key) or "") for key in ("stdout", "stderr"))
+    return str(result or "")
+
+
+def lock_fetch(text, dry_run=None, current=None, reinstall=None):
+    """Which wheels of the lock TEXT ``uv pip sync`` installs into an existing environment (lockfile.fetch_names:
+    DRY_RUN, the result of its dry run, CURRENT, env_fingerprint's result against the lock, REINSTALL, uv's reinstall
+    options): {names, count, requirements} (the requirements file of those pins with the lock's hashes)."""
+    try:
+        parsed = lockfile.parse_lock(text)
+    except lockfile.LockError as exc:
+        raise AnsibleFilterError("The fleet lock was refused: %s" % exc)
+    if reinstall is not None and not isinstance(reinstall, (list, tuple)):
+        raise AnsibleFilterError("lock_fetch: reinstall must be the list of uv's reinstall options, got %r"
+                                 % (type(reinstall).__name__,))
+    names = lockfile.fetch_names(parsed, lockfile.planned_installs(_output(dry_run) if dry_run else ""),
+                                 current, reinstall or ())
+    return {"names": names, "count": len(names), "requirements": lockfile.requirements_of(parsed, names)}
+
+
+def _digests(digests):
+    """The first digest in full (an operator compares it with sha256sum's), and how many more."""
+    if not digests:
+        return "not shown"
+    return digests[0] + (" or %d more" % (len(digests) - 1) if len(digests) > 1 else "")
+
+
+def lock_fetch_message(result, host, unit="", env="", source="the index"):
+    """The sentence for the operator when fetching a lock's wheels before the stop failed (RESULT: the command's
+    result): a wheel whose sha256 is not the lock's (a tampered or overwritten mirror), or what uv said last."""
+    where = "on %s" % host
+    kept = ("The unit %s was not stopped and %s was not changed." % (unit, env or "the environment") if unit
+            else "Nothing was stopped and %s was not changed." % (env or "the environment"))
+    found = lockfile.hash_mismatch(_output(result))
+    if found:
+        version = pkgnames.canonical_version(found["version"]) or found["version"]
+        text = ("Refused before the stop %s: %s serves a wheel of %s %s whose sha256 (%s) differs from the lock's "
+                "(%s): a tampered or overwritten mirror. %s Compare that wheel on the mirror with the one the lock was "
+                "made from, or make a new lock from a mirror you trust."
+                % (where, source, found["name"], version, _digests(found["computed"]), _digests(found["expected"]),
+                   kept))
+        return valid_text(printable_block(text).replace("\n", " "))
+    said = [line.strip() for line in _output(result)[-lockfile.MAX_OUTPUT:].splitlines() if line.strip()]
+    return valid_text(printable_block(
+        "Fetching the lock's wheels before the stop failed %s: %s. %s" % (
+            where, " / ".join(said[-6:]).rstrip(".") or "uv said nothing (exit %s)" % (
+                result.get("rc") if isinstance(result, dict) else "?"), kept)).replace("\n", " "))
+
+
 class FilterModule(object):
     """gpufleet.vllm fleet-lock filters."""
 
@@ -166,4 +222,6 @@ class FilterModule(object):
             "lock_target_problems": lock_target_problems,
             "lock_dependency_diff": lock_dependency_diff,
             "lock_target": lock_target,
+            "lock_fetch": lock_fetch,
+            "lock_fetch_message": lock_fetch_message,
         }

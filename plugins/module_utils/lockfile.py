@@ -37,7 +37,11 @@ Public API:
 * :func:`check_target` -- why a lock does not fit a host (Python, CPU
   architecture, glibc);
 * :func:`dependency_diff` and :func:`diff_lines` -- what changes between
-  two environments, in lines an operator reads in ten seconds.
+  two environments, in lines an operator reads in ten seconds;
+* :func:`fetch_names`, :func:`requirements_of` and :func:`hash_mismatch` --
+  which of a lock's wheels an install into an existing environment needs
+  (fetched and checked before a unit is stopped), as a requirements file,
+  and what uv said when one of them did not have the lock's hash.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -523,3 +527,94 @@ def diff_lines(diff, limit=20):
         more = len(lines) - (limit - 1)
         lines = lines[:limit - 1] + ["... and %d more" % more]
     return lines
+
+
+# --- fetching before a stop ------------------------------------------------------------------------------------
+
+#: a line of ``uv pip sync --dry-run`` (or of the install itself) naming a distribution it installs:
+#: `` + name==version`` (``~`` when it reinstalls the same version)
+_PLANNED = re.compile(r"\s*[+~] ([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s*\Z")
+_MISMATCH = re.compile(r"Hash mismatch for `([A-Za-z0-9][A-Za-z0-9._-]*)==([^`\s]+)`")
+_DIGEST = re.compile(r"\s*(sha256:[0-9a-fA-F]{64})\s*\Z")
+#: the most of uv's output read for its plan or its error (its plan for a whole environment is well under this)
+MAX_OUTPUT = 1024 * 1024
+
+
+def planned_installs(output):
+    """The canonical names uv's OUTPUT (``uv pip sync --dry-run``'s lines, stdout and stderr together) says it
+    installs, sorted; names it removes (``- name==version``) are not among them."""
+    found = set()
+    for line in str(output or "")[:MAX_OUTPUT].splitlines():
+        match = _PLANNED.match(line)
+        if match and pkgnames.valid_name(match.group(1)):
+            found.add(pkgnames.canonical_name(match.group(1)))
+    return sorted(found)
+
+
+def _reinstalled(args):
+    """(everything, names) of uv's reinstall options ARGS: --reinstall; --reinstall-package NAME, --reinstall-package=NAME."""
+    everything, names = False, set()
+    args = [str(a) for a in (args or ())]
+    for number, arg in enumerate(args):
+        if arg == "--reinstall":
+            everything = True
+        elif arg.startswith("--reinstall-package="):
+            names.add(arg[len("--reinstall-package="):])
+        elif arg == "--reinstall-package" and number + 1 < len(args):
+            names.add(args[number + 1])
+    return everything, set(pkgnames.canonical_name(n) for n in names if pkgnames.valid_name(n))
+
+
+def fetch_names(parsed, planned=(), current=None, reinstall=()):
+    """The canonical names of the pins of PARSED (:func:`parse_lock`) that ``uv pip sync`` of the lock installs into
+    an existing environment, sorted: those PLANNED (:func:`planned_installs` of its dry run), those CURRENT (an
+    ``env_fingerprint`` result against the lock: its ``missing`` and ``different``) does not hold at the lock's
+    version, and those REINSTALL (uv's reinstall options) names, every pin with ``--reinstall``. A name the lock does
+    not pin is not among them (the install takes nothing else)."""
+    pins = parsed["packages"]
+    names = set(pkgnames.canonical_name(str(n)) for n in planned or () if pkgnames.valid_name(str(n)))
+    if isinstance(current, dict) and not current.get("skipped"):
+        for key in ("missing", "different"):
+            for item in current.get(key) or ():
+                if isinstance(item, dict) and pkgnames.valid_name(str(item.get("name") or "")):
+                    names.add(pkgnames.canonical_name(str(item["name"])))
+    everything, named = _reinstalled(reinstall)
+    if everything:
+        return sorted(pins)
+    return sorted((names | named) & set(pins))
+
+
+def requirements_of(parsed, names):
+    """The requirements text of the pins NAMES of PARSED, each ``name==version`` with every sha256 hash of the lock
+    (what ``uv pip install --require-hashes --no-deps -r`` reads); a name the lock does not pin is a LockError."""
+    lines = []
+    for name in sorted(set(pkgnames.canonical_name(str(n)) for n in names)):
+        pin = parsed["packages"].get(name)
+        if pin is None:
+            raise LockError("the lock does not pin %s." % (shown(name),))
+        lines.append("%s==%s \\" % (pin["name"], pin["version"]))
+        lines.extend("    --hash=%s%s" % (digest, " \\" if n + 1 < len(pin["hashes"]) else "")
+                     for n, digest in enumerate(pin["hashes"]))
+    return "".join(line + "\n" for line in lines)
+
+
+def hash_mismatch(output):
+    """What uv's OUTPUT says of the first wheel whose hash is not the lock's ('Hash mismatch for `name==version`'
+    with its Expected: and Computed: digests): {name, version, expected [sha256:...], computed [sha256:...]}, or
+    None when it says no such thing."""
+    text = str(output or "")[:MAX_OUTPUT]
+    match = _MISMATCH.search(text)
+    if not match or not pkgnames.valid_name(match.group(1)):
+        return None
+    found = {"name": pkgnames.canonical_name(match.group(1)), "version": match.group(2)[:100],
+             "expected": [], "computed": []}
+    section = None
+    for line in text[match.end():].splitlines():
+        label = line.strip()
+        if label in ("Expected:", "Computed:"):
+            section = label[:-1].lower()
+        elif _DIGEST.match(line) and section:
+            found[section].append(label.lower())
+        elif label and section:
+            break
+    return found

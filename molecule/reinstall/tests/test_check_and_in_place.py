@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """reinstall-2: a check-mode run on a fresh dirty host changed nothing on
-disk; then the in_place mode reinstalled /root/ml-env pristine, restarting
-the unit, and a second in_place run had nothing to do."""
+disk; an in_place run with a lock whose vLLM hash the index's wheel does not
+have was refused before the stop; then the in_place mode installed the lock
+into /root/ml-env, pristine, restarting the unit, and a second in_place run
+had nothing to do."""
 
 import pytest
 import testinfra
@@ -37,6 +39,46 @@ def test_check_mode_predicted_a_build(host):
     assert predicted["stage_action"] == "build"
     assert predicted["switched"] is True
     assert predicted["staged_env"].startswith("/opt/vllm/envs/vllm-0.33.0-")
+
+
+def test_in_place_refused_a_wheel_that_is_not_the_locks_before_the_stop(host):
+    record = read_json(host, "in-place-tampered.json")
+    assert record["failed"] is True
+    assert record["task"] == "Fail when a wheel is not the lock's or cannot be fetched (before the stop)"
+    msg = record["msg"]
+    assert msg.startswith("Refused before the stop on reinstall-2: the index serves a wheel of vllm 0.33.0 whose sha256 (sha256:")
+    assert "differs from the lock's (sha256:" in msg
+    assert "a tampered or overwritten mirror" in msg
+    assert "The unit vllm-kimi-k25 was not stopped and /root/ml-env was not changed." in msg
+    # the same process served throughout, and not one entry of the environment changed (path, type, size, mtime,
+    # inode, mode, link target); only link counts may drop: the cache clean-up before the fetch removed uv's cache
+    # entries that the dirty host's files were hard links of
+    assert record["pid_before"] != 0
+    assert record["pid_after"] == record["pid_before"]
+    before = host.file(TEST_DIR + "/tampered-env-before.txt").content_string
+    after = host.file(TEST_DIR + "/tampered-env-after.txt").content_string
+    assert (site_packages(host, ADOPTED) + "/" + DEEPSEEK + " f ") in before
+
+    def entries(listing):
+        rows = [line.split(" ") for line in listing.splitlines()]
+        assert all(len(row) == 8 for row in rows)
+        return [row[:5] + row[6:] for row in rows], [int(row[5]) for row in rows]
+
+    (kept, links_before), (now, links_after) = entries(before), entries(after)
+    assert len(kept) > 1000
+    assert now == kept
+    assert all(a <= b for a, b in zip(links_after, links_before))
+
+
+def test_in_place_installed_exactly_the_lock(host):
+    lock = host.file(ADOPTED + ".gpufleet.lock").content_string
+    assert "# package: vllm==0.33.0" in lock
+    pinned = sorted(line.split("==")[0].lower() for line in lock.splitlines() if "==" in line and not line.startswith("#"))
+    out = host.check_output("%s/bin/python -I -c %s", ADOPTED,
+                            "import importlib.metadata as m; print('\\n'.join(sorted(set("
+                            "d.metadata['Name'].lower().replace('_', '-').replace('.', '-') for d in m.distributions()))))")
+    assert sorted(set(n.replace("_", "-").replace(".", "-") for n in pinned)) == out.split()
+    assert len(pinned) > 50
 
 
 def test_in_place_made_the_adopted_venv_pristine(host):

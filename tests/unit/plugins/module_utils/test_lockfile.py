@@ -361,3 +361,37 @@ def test_the_digest_line_is_one_and_well_formed(case, words):
     with pytest.raises(lf.LockError) as err:
         lf.parse_lock(text, where="fleet.lock")
     assert words in str(err.value)
+
+
+# --- what an in-place install fetches before the stop --------------------------------------------------------------
+
+def test_planned_installs_reads_the_plus_and_tilde_lines_of_uv_only():
+    output = ("Would install 3 packages\n + Lark==1.3.1\n - lark==1.2.2\n ~ vllm==0.33.0\n"
+              " + gguf==0.19.0 \n+ notindented==1\n + bad name==1\n + x==\n -- + y==1\n")
+    assert lf.planned_installs(output) == ["gguf", "lark", "notindented", "vllm"]
+    assert lf.planned_installs("") == lf.planned_installs(None) == []
+
+
+def test_fetch_names_and_requirements_of_keep_to_the_locks_pins():
+    parsed = lf.parse_lock(lf.render_lock(META, BODY))
+    assert lf.fetch_names(parsed, ["vllm", "torch"], None, ["--reinstall-package", "torch"]) == ["vllm"]
+    assert lf.fetch_names(parsed, [], {"different": [{"name": "LARK"}], "missing": ["not a dict"]},
+                          ["--reinstall-package"]) == ["lark"]
+    assert lf.fetch_names(parsed, [], None, ["--reinstall"]) == sorted(parsed["packages"])
+    text = lf.requirements_of(parsed, ["Lark"])
+    assert text == "lark==1.2.2 \\\n" + "".join(
+        "    --hash=%s%s\n" % (digest, " \\" if n + 1 < len(parsed["packages"]["lark"]["hashes"]) else "")
+        for n, digest in enumerate(parsed["packages"]["lark"]["hashes"]))
+    with pytest.raises(lf.LockError, match="the lock does not pin 'torch'"):
+        lf.requirements_of(parsed, ["torch"])
+    assert lf.requirements_of(parsed, []) == ""
+
+
+def test_hash_mismatch_reads_uvs_expected_and_computed_digests():
+    a, b, c = ("sha256:" + ch * 64 for ch in "abc")
+    said = ("error: Failed to download `vllm==0.33.0`\n  cause: Hash mismatch for `vllm==0.33.0`\n\n"
+            "         Expected:\n           %s\n           %s\n\n         Computed:\n           %s\n"
+            "warning: something else\n           sha256:%s\n" % (a, b, c.upper().replace("SHA256", "sha256"), "f" * 64))
+    assert lf.hash_mismatch(said) == {"name": "vllm", "version": "0.33.0", "expected": [a, b], "computed": [c]}
+    assert lf.hash_mismatch("error: Failed to fetch `vllm==0.33.0`\n  Caused by: Connection refused\n") is None
+    assert lf.hash_mismatch(None) is None
