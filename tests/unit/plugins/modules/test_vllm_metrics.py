@@ -412,3 +412,12 @@ def test_hostlib_loads_a_package_from_a_site_dir_only(tmp_path, monkeypatch):
     finally:
         for name in [n for n in sys.modules if n.startswith("gpufleet_probe_pkg")]:
             del sys.modules[name]
+
+
+def test_host_tools_pins_the_wheelhouse_version():
+    """The tools venv gets the prometheus-client the fleet's mirror holds (vLLM's own dependency pin)."""
+    with open(os.path.join(REPO, "roles", "host_tools", "defaults", "main.yml"), encoding="utf-8") as handle:
+        pins = [line.strip()[2:] for line in handle if line.strip().startswith("- prometheus-client==")]
+    with open(os.path.join(REPO, "requirements", "wheelhouse-bench.txt"), encoding="utf-8") as handle:
+        mirror = [line.strip() for line in handle if line.startswith("prometheus-client==")]
+    assert pins and pins == mirror, (pins, mirror)
