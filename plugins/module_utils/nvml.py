@@ -44,7 +44,6 @@ returned as ``memory_reserved_mib``), else v1 (``used`` includes it,
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import os
 import re
 import sys
 import threading

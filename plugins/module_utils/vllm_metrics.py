@@ -32,7 +32,8 @@ Public API (used by the ``vllm_metrics`` module):
 * :func:`wait_idle` -- read until idle or a timeout passes.
 * :class:`MetricsError` -- a fault, with ``kind`` (``library``, ``http``,
   ``refused``, ``timeout``, ``too_large``, ``not_prometheus``, ``too_many``,
-  ``no_gauges``, ``no_model``, ...) and a sentence for the operator.
+  ``no_gauges``, ``no_model``, ``invalid``, ...), a sentence for the operator,
+  and (from :func:`wait_idle`) ``polls`` and ``waited`` before it.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -79,6 +80,8 @@ class MetricsError(Exception):
     def __init__(self, message, kind):
         super(MetricsError, self).__init__(message)
         self.kind = kind
+        self.polls = 0
+        self.waited = 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -101,8 +104,8 @@ def metrics_url(url):
         raise ValueError("url %s holds a space, a control character or a non-ASCII character; give a URL such as %s"
                          % (show(url), DEFAULT_URL))
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError("url %s is not an http:// or https:// URL with a host, for example %s" % (show(url),
-                                                                                                 DEFAULT_URL))
+        raise ValueError("url %s is not an http:// or https:// URL with a host, for example %s"
+                         % (show(url), DEFAULT_URL))
     if parsed.query or parsed.fragment or "?" in url or "#" in url:
         raise ValueError("url %s has a query or a fragment; give the metrics page only, for example %s"
                          % (show(url), DEFAULT_URL))
@@ -202,11 +205,21 @@ def parse(text, parser, url, max_families=DEFAULT_MAX_FAMILIES, max_samples=DEFA
     except Exception as exc:  # pylint: disable=broad-except
         # (prometheus_client raises ValueError, IndexError, KeyError... for a body it cannot read)
         first = text.strip().splitlines()[0] if text.strip() else ""
+        reason = show(str(exc))[1:-1][:200] or type(exc).__name__
         raise MetricsError(
             "%s did not answer Prometheus metrics (%s; the answer begins %s): is that address a vLLM server's "
-            "/metrics? Nothing was changed." % (url, show(str(exc))[1:-1][:200] or type(exc).__name__,
-                                                 show(first[:80])), "not_prometheus")
+            "/metrics? Nothing was changed." % (url, reason, show(first[:80])), "not_prometheus")
     return families
+
+
+class _Family(object):
+    """A family put together again from its parts (name, type and help of the first part)."""
+
+    def __init__(self, first, more_samples):
+        self.name = first.name
+        self.type = first.type
+        self.documentation = first.documentation
+        self.samples = list(first.samples) + list(more_samples)
 
 
 def _number(value):
@@ -226,7 +239,11 @@ def summarize(families, url, model_name=None):
     when the two gauges are not there."""
     by_name = {}
     for family in families:
-        by_name.setdefault(family.name, family)
+        if family.name in by_name:
+            # (a family whose samples are not together on the page comes back in parts: one family again)
+            by_name[family.name] = _Family(by_name[family.name], family.samples)
+        else:
+            by_name[family.name] = family
     missing = [name for name in (RUNNING, WAITING) if name not in by_name]
     if missing:
         vllm = [f.name for f in families if f.name.startswith("vllm:")]
@@ -249,9 +266,13 @@ def summarize(families, url, model_name=None):
             models.add(sample.labels.get("model_name"))
             if not _wanted(sample.labels, model_name):
                 continue
+            if math.isnan(sample.value) or math.isinf(sample.value) or sample.value < 0:
+                raise MetricsError("%s reports %s for %s%s, not a count of requests, so nothing proves the server "
+                                   "idle. Nothing was changed." % (url, sample.value, name, show(sample.labels)),
+                                   "invalid")
             key = (sample.labels.get("model_name"), sample.labels.get("engine"))
             entry = engines.setdefault(key, {"model_name": key[0], "engine": key[1], "running": 0, "waiting": 0})
-            value = sample.value if not math.isnan(sample.value) else 0.0
+            value = sample.value
             entry["running" if name == RUNNING else "waiting"] += value
             sums[name] += value
     known = sorted(m for m in models if m is not None)
@@ -346,7 +367,15 @@ def wait_idle(read, timeout, interval, clock=time.monotonic, sleep=time.sleep):
     start = clock()
     polls = 0
     while True:
-        result = read()
+        try:
+            result = read()
+        except MetricsError as exc:
+            if polls:
+                exc.args = ("%s (It had answered %d read(s) before, over %s s of waiting.)" % (
+                    exc, polls, _number(round(clock() - start, 1))),)
+            exc.polls = polls
+            exc.waited = round(clock() - start, 3)
+            raise
         polls += 1
         waited = clock() - start
         if result["idle"] or waited >= timeout:

@@ -191,8 +191,8 @@ url:
 error_kind:
   description:
     - On a failure, what failed. C(library) (prometheus_client missing), C(refused), C(timeout), C(reset), C(http),
-      C(too_large), C(not_prometheus), C(too_many), C(no_gauges), C(no_model), C(drain_timeout), C(url) (another
-      network fault or a bad O(url)).
+      C(too_large), C(not_prometheus), C(too_many), C(no_gauges), C(no_model), C(invalid) (a gauge that is not a
+      count, negative or NaN), C(drain_timeout), C(url) (another network fault), C(options).
   returned: failure
   type: str
   sample: refused
@@ -217,13 +217,13 @@ timed_out:
   type: bool
   sample: false
 waited:
-  description: Seconds from the first read to the last.
-  returned: success, and on a drain timeout
+  description: Seconds from the first read to the last (on a failed read, to that read).
+  returned: always but for invalid options and a missing prometheus_client
   type: float
   sample: 4.02
 polls:
-  description: How many times the page was read.
-  returned: success, and on a drain timeout
+  description: How many times the page was read (on a failed read, the good reads before it).
+  returned: always but for invalid options and a missing prometheus_client
   type: int
   sample: 3
 models:
@@ -374,7 +374,7 @@ def main():
     try:
         result = wait_idle(read, params["timeout"] if params["wait_idle"] else 0, params["interval"])
     except MetricsError as exc:
-        module.fail_json(msg=str(exc), error_kind=exc.kind, **base)
+        module.fail_json(msg=str(exc), error_kind=exc.kind, polls=exc.polls, waited=exc.waited, **base)
     result.update(base)
     result["library"] = where
     if not params["wait_idle"]:

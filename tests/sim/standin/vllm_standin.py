@@ -659,8 +659,9 @@ class Scheduler:
 
             def label_text(extra):
                 labels = dict(base, **extra)
-                return ",".join('%s="%s"' % (key, labels[key].replace("\\", "\\\\").replace("\n", "\\n")
-                                                .replace('"', '\\"')) for key in sorted(labels))
+                escaped = dict((key, value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"'))
+                               for key, value in labels.items())
+                return ",".join('%s="%s"' % (key, escaped[key]) for key in sorted(escaped))
 
             def metric(name, kind, help_text, samples, family=None):
                 lines.append("# HELP %s %s" % (family or name, help_text))

@@ -11,6 +11,7 @@ own import of it is blocked: the loading from the tools venv is what runs.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -133,6 +134,8 @@ class Standin:
                     "model": "sim-model", "prompt": "hello world", "max_tokens": tokens, "stream": True}),
                     headers={"Content-Type": "application/json"})
                 conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                pass  # (a test that stops the server cuts the stream)
             finally:
                 conn.close()
         thread = threading.Thread(target=run, daemon=True)
@@ -223,6 +226,23 @@ def test_drain_timeout_fails_or_continues(standin, tools_venv, blocked, tmp_path
     assert "going on anyway (on_timeout=continue)" in json.dumps(went_on["warnings"])  # plain or structured
 
 
+def test_server_gone_while_waiting_fails_at_once(standin, tools_venv, blocked, tmp_path):
+    server = standin()
+    server.stream(400)  # 20 s
+    wait_load(server, 1)
+    killer = threading.Timer(1.0, server.proc.kill)
+    killer.start()
+    try:
+        started = time.monotonic()
+        rc, result = run_module({"url": server.url, "tools_venvs": [tools_venv], "wait_idle": True, "timeout": 60,
+                                 "interval": 0.2}, tmp_path, blocked)
+    finally:
+        killer.cancel()
+    assert rc == 1 and result["error_kind"] in ("refused", "reset"), result
+    assert time.monotonic() - started < 15  # not the drain timeout
+    assert result["polls"] >= 2 and "It had answered %d read(s) before" % result["polls"] in result["msg"]
+
+
 def test_model_filter_on_the_standin(standin, tools_venv, blocked, tmp_path):
     server = standin()
     rc, result = run_module({"url": server.url, "tools_venvs": [tools_venv], "model_name": "other"},
@@ -305,6 +325,21 @@ def test_two_models_summed_over_engines(answering, tools_venv, blocked, tmp_path
     assert (every["running"], every["waiting"]) == (12, 5)
 
 
+def test_a_family_in_two_parts_counts_whole(answering, tools_venv, blocked, tmp_path):
+    body = TWO_MODELS + 'vllm:num_requests_running{engine="2",model_name="a"} 10.0\n'
+    rc, result = run_module({"url": answering(body), "tools_venvs": [tools_venv], "model_name": "a"},
+                            tmp_path, blocked)
+    assert rc == 0, result
+    assert result["running"] == 15 and len(result["by_engine"]) == 3
+
+
+def test_a_gauge_that_is_no_count_proves_nothing(answering, tools_venv, blocked, tmp_path):
+    body = TWO_MODELS.replace('vllm:num_requests_waiting{engine="0",model_name="a"} 0.0',
+                              'vllm:num_requests_waiting{engine="0",model_name="a"} NaN')
+    rc, result = run_module({"url": answering(body), "tools_venvs": [tools_venv]}, tmp_path, blocked)
+    assert rc == 1 and result["error_kind"] == "invalid", result
+
+
 @pytest.mark.parametrize("body, kind", [
     ("<html><body>It works!</body></html>\n", "not_prometheus"),
     ('{"object": "error", "message": "Not Found"}\n', "not_prometheus"),
@@ -378,6 +413,35 @@ def test_stand_in_page_parses_as_vllm_writes_it(standin, parser):
     assert families["vllm:request_success"].type == "counter"
     assert families["vllm:e2e_request_latency_seconds"].type == "histogram"
     assert families["vllm:num_requests_running"].samples[0].labels == {"engine": "0", "model_name": "sim-model"}
+
+
+def test_stand_in_families_are_vllms(standin, parser):
+    """Every vllm: family the stand-in serves is one vLLM 0.33.0 defines (vllm/v1/metrics/loggers.py in the
+    wheel), with vLLM's label names, and prometheus_client reads each with its type."""
+    wheels = sorted(f for f in os.listdir(WHEELHOUSE) if f.startswith("vllm-") and f.endswith(".whl"))
+    if not wheels:
+        pytest.skip("no vllm wheel in %s" % WHEELHOUSE)
+    with zipfile.ZipFile(os.path.join(WHEELHOUSE, wheels[-1])) as archive:
+        source = archive.read("vllm/v1/metrics/loggers.py").decode("utf-8")
+    defined = set(re.findall(r'name="(vllm:[a-z0-9_:]+)"', source))
+    server = standin()
+    families = list(parser(vllm_metrics.fetch(server.url)))
+    extra_labels = {"vllm:request_success": {"finished_reason"}, "vllm:num_requests_waiting_by_reason": {"reason"}}
+    served = set()
+    for family in families:
+        assert family.type != "unknown", family.name
+        name = family.name[:-len("_created")] if family.name.endswith("_created") else family.name
+        if name == "vllm:standin_info":
+            continue
+        assert name in defined, "%s is no metric of vLLM 0.33.0" % name
+        served.add(name)
+        for sample in family.samples:
+            labels = set(sample.labels) - {"le"}
+            assert labels == {"model_name", "engine"} | extra_labels.get(name, set()), (sample.name, labels)
+    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:request_success",
+            "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+            "vllm:request_time_per_output_token_seconds", "vllm:e2e_request_latency_seconds",
+            "vllm:request_queue_time_seconds", "vllm:prompt_tokens", "vllm:generation_tokens"} <= served
 
 
 def test_wait_idle_is_bounded_by_its_timeout():
