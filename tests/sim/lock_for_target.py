@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile  # n
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("lock")
     parser.add_argument("out")
     parser.add_argument("--python-version")

@@ -55,7 +55,7 @@ def write_atomically(path, text):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--container", required=True)
     parser.add_argument("--link", required=True)
     parser.add_argument("--wheel", required=True)
