@@ -249,8 +249,9 @@ def summarize(families, url, model_name=None):
         vllm = [f.name for f in families if f.name.startswith("vllm:")]
         seen = ", ".join(sorted(f.name for f in families)[:6]) or "none"
         raise MetricsError(
-            "%s serves Prometheus metrics but not %s (%d families: %s%s). %s Nothing was changed." % (
-                url, " nor ".join(missing), len(families), seen, "..." if len(families) > 6 else "",
+            "%s serves Prometheus metrics but not %s (%d %s: %s%s). %s Nothing was changed." % (
+                url, " nor ".join(missing), len(families), "family" if len(families) == 1 else "families", seen,
+                "..." if len(families) > 6 else "",
                 "It is a vLLM server whose engine reports no scheduler state yet (still starting?), or a version "
                 "without these gauges." if vllm else
                 "It is not a vLLM server (vLLM's metrics are named vllm:...): check the address and port."),
