@@ -359,7 +359,8 @@ def main():
         module.fail_json(msg="Invalid options for gpufleet.vllm.vllm_metrics: %s. Nothing was read." % "; ".join(
             problems), changed=False, error_kind="options")
     url = params["url"]
-    base = {"changed": False, "check_mode": module.check_mode, "url": url}
+    base = {"changed": False, "url": url}
+    base["check_mode"] = module.check_mode
 
     try:
         parser, where = load_parser(site_dirs_of(params["tools_venvs"]))
