@@ -44,18 +44,18 @@ returned as ``memory_reserved_mib``), else v1 (``used`` includes it,
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-import importlib.util
-import os
 import re
 import sys
 import threading
 import time
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import hostlib
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 MIB = 1024 * 1024
 
 PYNVML_MISSING = "PYNVML_NOT_INSTALLED"
+PYNVML_MODULE = "pynvml"
 
 EXPECT_KEYS = (
     "count",
@@ -172,29 +172,23 @@ def load_pynvml(site_dirs=()):
     Returns (module, where): ``where`` is None for this interpreter's own
     pynvml, else the file loaded.  Only that one file is executed (it is the
     whole of nvidia-ml-py, pure Python over ctypes): the directory is not
-    added to ``sys.path`` and its ``.pth`` files are not run.  Raises
-    the import's NvmlUnavailable (PYNVML_NOT_INSTALLED) when none has it.
+    added to ``sys.path`` and its ``.pth`` files are not run (the loading is
+    :func:`hostlib.load`'s, shared with the other libraries the modules need
+    from the tools venv).  Raises the import's NvmlUnavailable
+    (PYNVML_NOT_INSTALLED) when none has it.
     """
     try:
         return import_pynvml(), None
     except NvmlUnavailable as exc:
         first = exc
-    for site in site_dirs or ():
-        path = os.path.join(site, "pynvml.py")
-        if not os.path.isfile(path):
-            continue
-        spec = importlib.util.spec_from_file_location("pynvml", path)
-        module = importlib.util.module_from_spec(spec)
-        # as the import system does: the module looks itself up in sys.modules while it loads
-        sys.modules["pynvml"] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:  # pylint: disable=broad-except
-            del sys.modules["pynvml"]
-            raise NvmlUnavailable(PYNVML_MISSING, "%s could not be loaded (%s: %s)" % (
-                path, type(exc).__name__, exc))
-        return module, path
-    raise first
+    # (this interpreter was tried above, with the message of its own: the directories only here)
+    try:
+        found = hostlib.load_from(PYNVML_MODULE, site_dirs, package=False)
+    except hostlib.LibraryMissing as exc:
+        raise NvmlUnavailable(PYNVML_MISSING, exc.text)
+    if found is None:
+        raise first
+    return found
 
 
 def error_name(pynvml, exc):

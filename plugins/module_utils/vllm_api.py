@@ -471,15 +471,16 @@ class VllmClient(object):
             handlers.append(_DeadlineHTTPSHandler(deadline, self._context))
         return urllib.request.build_opener(*handlers)
 
-    def request(self, method, path, body=None, timeout=None):
+    def request(self, method, path, body=None, timeout=None, accept="application/json"):
         """Send one request; return (status, body bytes). Raises VllmApiError.
 
         The whole request ends within ``timeout`` seconds (default: the
         client's), and at most ``max_response_bytes`` of the body are read.
+        ``accept`` is the Accept header (``/metrics`` is read as text).
         """
         timeout = self.timeout if timeout is None else float(timeout)
         deadline = time.monotonic() + timeout
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        headers = {"User-Agent": USER_AGENT, "Accept": accept}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")

@@ -146,10 +146,15 @@ FALLBACK_WORDS = (
     "river", "stone", "cloud", "green", "quiet", "north", "paper", "table",
 )
 
-# Buckets of vLLM's time_to_first_token_seconds and e2e_request_latency_seconds.
+# Buckets of vLLM's time_to_first_token_seconds and e2e_request_latency_seconds
+# (vllm/v1/metrics/buckets.py of vLLM 0.33.0).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
                 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
                 640.0, 2560.0)
+# vLLM's inter-token latency buckets (also time_per_output_token's)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# the other request phase histograms (queue, inference, prefill, decode) use E2E_BUCKETS too
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0,
                7680.0)
@@ -528,37 +533,68 @@ class Histogram:
         self.sum += value
 
 
+def request_tokens_buckets(max_model_len):
+    """vLLM's 1-2-5 buckets of the request token histograms, up to max_model_len."""
+    buckets, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10 ** exponent
+            if value > max_model_len:
+                return tuple(buckets)
+            buckets.append(value)
+        exponent += 1
+
+
+# vLLM's FinishReason values, as request_success's finished_reason label
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
 class Scheduler:
     """Admission (max_num_seqs) and the shared decode rate, plus counters.
 
     ``token_interval()`` is the time between two tokens of one stream:
     ``max(1/r, n/cap)`` for ``n`` running sequences, so the streams together
     produce ``min(n*r, cap)`` tokens per second.
+
+    ``running``/``waiting`` count HTTP requests (``/load``); the metrics count
+    engine requests as vLLM does (a request with n=2 or two prompts is two):
+    ``sequences`` running and ``waiting_sequences`` queued.
     """
 
     def __init__(self, settings, stopping):
+        self.settings = settings
         self.rate = settings.tokens_per_second
         self.cap = settings.max_tokens_per_second
         self.max_num_seqs = settings.max_num_seqs
         self.kv_cache_tokens = settings.kv_cache_tokens
         self.stopping = stopping
         self.cond = threading.Condition()
+        self.created = time.time()
         self.running = 0
         self.waiting = 0
         self.sequences = 0
+        self.waiting_sequences = 0
         self.kv_tokens = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.success = {"length": 0, "stop": 0, "abort": 0}
+        self.success = dict((reason, 0) for reason in FINISH_REASONS)
         self.ttft = Histogram(TTFT_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.tpot = Histogram(ITL_BUCKETS)
+        self.phases = dict((name, Histogram(E2E_BUCKETS)) for name in ("queue", "inference", "prefill", "decode"))
+        self.request_tokens = None
 
     def admit(self, sequences, prompt_tokens):
         with self.cond:
             self.waiting += 1
-            while self.running >= self.max_num_seqs and not self.stopping.is_set():
-                self.cond.wait(0.5)
-            self.waiting -= 1
+            self.waiting_sequences += sequences
+            try:
+                while self.running >= self.max_num_seqs and not self.stopping.is_set():
+                    self.cond.wait(0.5)
+            finally:
+                self.waiting -= 1
+                self.waiting_sequences -= sequences
             if self.stopping.is_set():
                 return False
             self.running += 1
@@ -567,21 +603,45 @@ class Scheduler:
             self.prompt_tokens_total += prompt_tokens
             return True
 
-    def finish(self, sequences, kv_tokens, reason, ttft, e2e):
+    def _token_histograms(self):
+        if self.request_tokens is None:
+            buckets = request_tokens_buckets(self.settings.max_model_len or DEFAULT_MAX_MODEL_LEN)
+            self.request_tokens = {"prompt": Histogram(buckets), "generation": Histogram(buckets)}
+        return self.request_tokens
+
+    def finish(self, sequences, kv_tokens, reason, ttft, e2e, timing=None):
+        """One request ends. TIMING: queue, prefill and decode seconds, tokens produced per sequence and
+        prompt tokens per sequence (as vLLM records them per engine request)."""
         with self.cond:
             self.running -= 1
             self.sequences -= sequences
             self.kv_tokens -= kv_tokens
-            self.success[reason] = self.success.get(reason, 0) + 1
-            if ttft is not None:
-                self.ttft.observe(ttft)
-            self.e2e.observe(e2e)
+            self.success[reason] = self.success.get(reason, 0) + sequences
+            for dummy in range(sequences):
+                if ttft is not None:
+                    self.ttft.observe(ttft)
+                self.e2e.observe(e2e)
+                if timing:
+                    self.phases["queue"].observe(timing["queue"])
+                    self.phases["prefill"].observe(timing["prefill"])
+                    self.phases["decode"].observe(timing["decode"])
+                    self.phases["inference"].observe(timing["prefill"] + timing["decode"])
+                    if timing["tokens"] > 1:
+                        self.tpot.observe(timing["decode"] / (timing["tokens"] - 1))
+                    histograms = self._token_histograms()
+                    histograms["prompt"].observe(timing["prompt_tokens"])
+                    histograms["generation"].observe(timing["tokens"])
             self.cond.notify()
 
-    def generated(self, tokens):
+    def generated(self, tokens, interval=None):
+        """TOKENS more tokens; INTERVAL: seconds since the previous token of those sequences (the inter-token
+        latency, one observation per sequence)."""
         with self.cond:
             self.generation_tokens_total += tokens
             self.kv_tokens += tokens
+            if interval is not None:
+                for dummy in range(tokens):
+                    self.itl.observe(interval)
 
     def token_interval(self):
         n = max(1, self.sequences)
@@ -591,50 +651,83 @@ class Scheduler:
         return interval
 
     def metrics_text(self, model_name, version):
-        labels = 'engine="0",model_name="%s"' % model_name.replace("\\", "\\\\").replace('"', '\\"')
+        """/metrics as vLLM's prometheus_client registry writes it: HELP, TYPE, samples with the labels sorted by
+        name, counters and histograms with their _created sample."""
+        base = {"engine": "0", "model_name": model_name}
         with self.cond:
             lines = []
 
-            def metric(name, kind, help_text, samples):
-                lines.append("# HELP %s %s" % (name, help_text))
-                lines.append("# TYPE %s %s" % (name, kind))
+            def label_text(extra):
+                labels = dict(base, **extra)
+                escaped = dict((key, value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"'))
+                               for key, value in labels.items())
+                return ",".join('%s="%s"' % (key, escaped[key]) for key in sorted(escaped))
+
+            def metric(name, kind, help_text, samples, family=None):
+                lines.append("# HELP %s %s" % (family or name, help_text))
+                lines.append("# TYPE %s %s" % (family or name, kind))
                 for suffix, extra, value in samples:
-                    label_text = labels + ("," + extra if extra else "")
-                    lines.append("%s%s{%s} %s" % (name, suffix, label_text, _num(value)))
+                    lines.append("%s%s{%s} %s" % (name, suffix, label_text(extra), _num(value)))
+
+            def created(name, help_text, extras):
+                # prometheus_client writes a counter's or histogram's _created samples as a gauge family after it
+                metric(name + "_created", "gauge", help_text, [("", extra, self.created) for extra in extras])
+
+            def counter(name, help_text, values):
+                # the TYPE line names the counter with _total, as prometheus_client's text format does
+                metric(name, "counter", help_text, [("_total", extra, value) for extra, value in values],
+                       family=name + "_total")
+                created(name, help_text, [extra for extra, dummy in values])
 
             def histogram(name, help_text, hist):
                 samples = []
                 for bound, count in zip(hist.buckets, hist.counts):
-                    samples.append(("_bucket", 'le="%s"' % _num(bound), count))
-                samples.append(("_bucket", 'le="+Inf"', hist.total))
-                samples.append(("_count", "", hist.total))
-                samples.append(("_sum", "", hist.sum))
+                    samples.append(("_bucket", {"le": _num(float(bound))}, count))
+                samples.append(("_bucket", {"le": "+Inf"}, hist.total))
+                samples.append(("_count", {}, hist.total))
+                samples.append(("_sum", {}, hist.sum))
                 metric(name, "histogram", help_text, samples)
+                created(name, help_text, [{}])
 
             metric("vllm:num_requests_running", "gauge",
-                   "Number of requests in model execution batches.", [("", "", self.running)])
+                   "Number of requests in model execution batches.", [("", {}, self.sequences)])
             metric("vllm:num_requests_waiting", "gauge",
-                   "Number of requests waiting to be processed.", [("", "", self.waiting)])
+                   "Number of requests waiting to be processed.", [("", {}, self.waiting_sequences)])
+            metric("vllm:num_requests_waiting_by_reason", "gauge",
+                   "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+                   "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+                   "status). Sum of all reasons equals vllm:num_requests_waiting.",
+                   [("", {"reason": "capacity"}, self.waiting_sequences), ("", {"reason": "deferred"}, 0)])
             metric("vllm:kv_cache_usage_perc", "gauge",
                    "KV-cache usage. 1 means 100 percent usage.",
-                   [("", "", min(1.0, float(self.kv_tokens) / self.kv_cache_tokens))])
-            metric("vllm:num_preemptions", "counter",
-                   "Cumulative number of preemption from the engine.", [("_total", "", 0)])
-            metric("vllm:prompt_tokens", "counter",
-                   "Number of prefill tokens processed.", [("_total", "", self.prompt_tokens_total)])
-            metric("vllm:generation_tokens", "counter",
-                   "Number of generation tokens processed.",
-                   [("_total", "", self.generation_tokens_total)])
-            metric("vllm:request_success", "counter",
-                   "Count of successfully processed requests.",
-                   [("_total", 'finished_reason="%s"' % reason, count)
-                    for reason, count in sorted(self.success.items())])
+                   [("", {}, min(1.0, float(self.kv_tokens) / self.kv_cache_tokens))])
+            counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", [({}, 0)])
+            counter("vllm:prompt_tokens", "Number of prefill tokens processed.", [({}, self.prompt_tokens_total)])
+            counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                    [({}, self.generation_tokens_total)])
+            counter("vllm:request_success", "Count of successfully processed requests.",
+                    [({"finished_reason": reason}, self.success.get(reason, 0)) for reason in FINISH_REASONS])
+            histograms = self._token_histograms()
+            histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", histograms["prompt"])
+            histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                      histograms["generation"])
             histogram("vllm:time_to_first_token_seconds",
                       "Histogram of time to first token in seconds.", self.ttft)
+            histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl)
+            histogram("vllm:request_time_per_output_token_seconds",
+                      "Histogram of time_per_output_token_seconds per request.", self.tpot)
             histogram("vllm:e2e_request_latency_seconds",
                       "Histogram of e2e request latency in seconds.", self.e2e)
+            histogram("vllm:request_queue_time_seconds",
+                      "Histogram of time spent in WAITING phase for request.", self.phases["queue"])
+            histogram("vllm:request_inference_time_seconds",
+                      "Histogram of time spent in RUNNING phase for request.", self.phases["inference"])
+            histogram("vllm:request_prefill_time_seconds",
+                      "Histogram of time spent in PREFILL phase for request.", self.phases["prefill"])
+            histogram("vllm:request_decode_time_seconds",
+                      "Histogram of time spent in DECODE phase for request.", self.phases["decode"])
             metric("vllm:standin_info", "gauge", "vLLM stand-in build information.",
-                   [("", 'version="%s"' % version, 1)])
+                   [("", {"version": version}, 1)])
         return "\n".join(lines) + "\n"
 
 
@@ -1070,6 +1163,8 @@ class Generation:
         start = time.monotonic()
         if not scheduler.admit(self.choices, self.prompt_tokens):
             raise ClientGone()
+        admitted = last_token = time.monotonic()
+        first_token = None
         reason, ttft = "abort", None
         try:
             settings = app.settings
@@ -1093,15 +1188,22 @@ class Generation:
                     self.texts[index] += text
                     self.token_ids[index].append(token_id)
                 self.produced = step
-                scheduler.generated(self.choices)
+                now = time.monotonic()
+                scheduler.generated(self.choices, None if step == 1 else now - last_token)
+                last_token = now
                 if step == 1:
-                    ttft = time.monotonic() - start
+                    first_token = now
+                    ttft = now - start
                 if on_step is not None:
                     on_step(step, pieces, step == self.tokens)
             reason = self.finish_reason
         finally:
+            end = time.monotonic()
+            prefill_end = first_token if first_token is not None else end
+            timing = {"queue": admitted - start, "prefill": prefill_end - admitted, "decode": end - prefill_end,
+                      "tokens": self.produced, "prompt_tokens": self.prompt_tokens // max(1, self.choices)}
             scheduler.finish(self.choices, self.prompt_tokens + self.produced * self.choices, reason, ttft,
-                             time.monotonic() - start)
+                             end - start, timing)
 
 
 # ---------------------------------------------------------------------------

@@ -538,7 +538,8 @@ def test_metrics_count_tokens(server):
     status, raw = server.get("/metrics")
     after = raw.decode()
     assert status == 200
-    assert "# TYPE vllm:generation_tokens counter" in after
+    # (prometheus_client, which writes vLLM's page, names a counter's family with _total in the text format)
+    assert "# TYPE vllm:generation_tokens_total counter" in after
     assert sample(after, "vllm:generation_tokens_total") - sample(before, "vllm:generation_tokens_total") == 5
     assert sample(after, "vllm:prompt_tokens_total") - sample(before, "vllm:prompt_tokens_total") == 2
     assert sample(after, "vllm:num_requests_running") == 0
