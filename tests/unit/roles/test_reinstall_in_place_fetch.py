@@ -156,10 +156,13 @@ def world(tmp_path):
     body = "".join("%s==%s \\\n    --hash=%s\n" % (name, version, sha256(str(wheelhouse / wheel)))
                    for name, version, wheel in (("lark", "1.3.1", "lark-1.3.1-py3-none-any.whl"),
                                                 ("vllm", "0.33.0", "vllm-0.33.0-py3-none-any.whl")))
+    port = free_port()
     lock = tmp_path / "fleet.lock"
+    # (made from the index the role is given: a kept lock from other sources is refused)
     lock.write_text(lockfile.render_lock({
         "python_version": PY, "python_platform": "x86_64-manylinux_2_28", "package": "vllm",
-        "sources": "index test", "excluded": [], "resolved_at": "2026-12-05T17:00:00Z", "resolver": "uv test"}, body))
+        "sources": "index http://127.0.0.1:%d/simple/" % port, "excluded": [], "resolved_at": "2026-12-05T17:00:00Z",
+        "resolver": "uv test"}, body))
     # the host's environment: vLLM 0.33.0 with yesterday's lark
     venv = tmp_path / "venv"
     for argv in (["venv", "-q", "--python", sys.executable, "--no-python-downloads", str(venv)],
@@ -171,7 +174,6 @@ def world(tmp_path):
     os.remove(good)
     maker(wheelhouse, "lark", "1.3.1", payload="import os  # not what was locked\n")
     tampered = sha256(str(wheelhouse / "lark-1.3.1-py3-none-any.whl"))
-    port = free_port()
     ready = tmp_path / "ready"
     server = subprocess.Popen([sys.executable, SERVER, "--host", "127.0.0.1", "--port", str(port), "--root",
                                str(wheelhouse), "--ready-file", str(ready)],
