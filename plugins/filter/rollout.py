@@ -260,6 +260,36 @@ def rollout_status(facts):
     return "updated" if forward else "unchanged"
 
 
+def rollout_serves_again(facts):
+    """Whether a failed host serves again after its rescue: never stopped (its old build still runs), or the rollback's
+    cutover started the previous build (ready, VRAM loaded). Only such a host goes back in rotation."""
+    if not (_get(facts, "rollout_reached", {}) or {}).get("stopped"):
+        return True
+    dummy, rolled_back, dummy2 = _fate(facts)
+    return rolled_back
+
+
+def _balancer_cells(facts):
+    """The load balancer's part of a row: whether the host left the rotation, its drain time, the requests in flight
+    at its stop (0 unless forced) and how long it was out of rotation."""
+    result = _get(facts, "balancer_result", {}) or {}
+    if not isinstance(result, dict) or not result.get("type"):
+        return {"balancer": None, "drain_s": None, "inflight_at_stop": None, "out_of_rotation_s": None,
+                "back_in_rotation": None}
+    inflight = result.get("inflight_at_stop")
+    try:
+        inflight = int(inflight) if inflight is not None else None
+    except (TypeError, ValueError):
+        inflight = None
+    return {
+        "balancer": str(result.get("type")),
+        "drain_s": _num_or_none(result.get("drain_seconds")) if result.get("taken_out") else None,
+        "inflight_at_stop": inflight,
+        "out_of_rotation_s": _num_or_none(result.get("out_of_rotation_seconds")),
+        "back_in_rotation": bool(result.get("put_back")) if result.get("taken_out") else None,
+    }
+
+
 def _num_or_none(value):
     if value is None or value == "":
         return None
@@ -310,6 +340,7 @@ def rollout_row(host, facts):
         "diffs_before": [{"path": entry["path"], "file": entry["file"]} for entry in diffs],
     }
     row.update(_lock_cells(facts, status))
+    row.update(_balancer_cells(facts))
     return row
 
 
@@ -363,6 +394,7 @@ class FilterModule(object):
             "rollout_pending": rollout_pending,
             "rollout_failed_hosts": rollout_failed_hosts,
             "rollout_cutover_state": rollout_cutover_state,
+            "rollout_serves_again": rollout_serves_again,
             "rollout_rows": rollout_rows,
             "rollout_batches": rollout_batches,
         }

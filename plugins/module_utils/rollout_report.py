@@ -21,6 +21,10 @@ COLUMNS = ("host", "status", "build before", "vLLM files before", "build after",
 ALIGN = ("---", "---", "---", "---", "---", "---:", "---", "---:", "---", "---:", "---:", "---")
 #: With a fleet lock the table has one more column, after "vLLM files after" (PACKAGES_AT).
 PACKAGES_AT = 9
+#: With a load balancer, three more after "downtime (s)" (inserted after the packages column).
+BALANCER_AT = 6
+BALANCER_COLUMNS = ("drain (s)", "in flight at stop", "out of rotation (s)")
+BALANCER_ALIGN = ("---:", "---:", "---:")
 DASH = "-"
 
 
@@ -114,7 +118,33 @@ def dependency_block(host, counts, lines):
     return ["", "**%s** (%s):" % (host, counts), ""] + ["- %s" % line for line in lines]
 
 
-def row_cells(row, locked=False):
+def balanced(rows):
+    """Whether any host of ROWS left a load balancer's rotation (the table then has the balancer's columns)."""
+    return any(row.get("balancer") not in (None, "", "none") and row.get("drain_s") is not None for row in rows)
+
+
+def balancer_line(rows):
+    """One sentence on the load balancer for the summary: which, and how the restarted hosts left it; '' when no
+    host restarted."""
+    kinds = sorted(set(str(row.get("balancer")) for row in rows if row.get("balancer")))
+    if not kinds:
+        return ""
+    if kinds == ["none"]:
+        return ("No load balancer (balancer_type none): the restarted hosts were stopped while clients could still "
+                "send them requests.")
+    out = [row for row in rows if row.get("drain_s") is not None]
+    cut = [row for row in out if as_int(row.get("inflight_at_stop")) > 0]
+    left_out = [row for row in out if row.get("back_in_rotation") is False]
+    text = "Load balancer (%s): %d host(s) taken out of rotation and drained before the stop" % (
+        one_line_list([kind for kind in kinds if kind != "none"]), len(out))
+    text += "; requests in flight at the stop: %s" % (
+        "none" if not cut else ", ".join("%s %s" % (cell(row.get("host")), as_int(row.get("inflight_at_stop"))) for row in cut))
+    if left_out:
+        text += "; NOT back in rotation: %s" % ", ".join(cell(row.get("host")) for row in left_out)
+    return text + "."
+
+
+def row_cells(row, locked=False, with_balancer=False):
     dumps = DASH
     if row.get("artifacts_removed") is not None:
         dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
@@ -124,6 +154,9 @@ def row_cells(row, locked=False):
              _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
     if locked:
         cells.insert(PACKAGES_AT, packages_cell(row))
+    if with_balancer:
+        cells[BALANCER_AT:BALANCER_AT] = [_fmt(row.get("drain_s"), "%.1f"), cell(row.get("inflight_at_stop")),
+                                          _fmt(row.get("out_of_rotation_s"), "%.1f")]
     return cells
 
 
@@ -140,9 +173,15 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
     if locked:
         columns.insert(PACKAGES_AT, "packages")
         align.insert(PACKAGES_AT, "---")
+    with_balancer = balanced(rows)
+    if with_balancer:
+        columns[BALANCER_AT:BALANCER_AT] = BALANCER_COLUMNS
+        align[BALANCER_AT:BALANCER_AT] = BALANCER_ALIGN
     out = ["# Rollout summary", "", "| %s |" % " | ".join(columns), "|%s|" % "|".join(align)]
-    out.extend("| %s |" % " | ".join(row_cells(row, bool(locked))) for row in rows)
+    out.extend("| %s |" % " | ".join(row_cells(row, bool(locked), with_balancer)) for row in rows)
     out.extend(["", "Batches, in the order they ran: %s." % (batches_line(batches) or "none (no host needed anything)")])
+    if balancer_line(rows):
+        out.extend(["", balancer_line(rows)])
     if locked:
         first = locked[0]
         same = [row for row in locked if row.get("environment_after") == "same as the lock"]
@@ -204,6 +243,12 @@ def host_line(row):
     downtime = _num(row.get("downtime_s"), "%.1f")
     if downtime is not None:
         parts.append("downtime %s s" % downtime)
+    if row.get("drain_s") is not None:
+        parts.append("drained %s s, %s in flight at the stop" % (_num(row["drain_s"], "%.1f"), as_int(row.get("inflight_at_stop"))))
+    if row.get("out_of_rotation_s") is not None:
+        parts.append("out of rotation %s s" % _num(row["out_of_rotation_s"], "%.1f"))
+    elif row.get("back_in_rotation") is False:
+        parts.append("NOT back in rotation")
     if row.get("artifacts_removed") is not None:
         parts.append("%s dumps removed%s" % (
             one_line(row["artifacts_removed"]), " (%s)" % one_line(row["artifacts_bytes"]) if row.get("artifacts_bytes") else ""))

@@ -73,7 +73,9 @@ check_mode:
   type: bool
   sample: false
 lines:
-  description: The report's path, the batches, then one line per host (as P(gpufleet.vllm.rollout_line#filter) writes it).
+  description:
+    - The report's path, the batches, the load balancer's sentence (when a host restarted), then one line per host (as
+      P(gpufleet.vllm.rollout_line#filter) writes it).
   returned: always
   type: list
   elements: str
@@ -115,6 +117,8 @@ def main():
     benchmark_report = report if os.path.isfile(report) else None
     lines = ['report: %s' % os.path.join(path, 'summary.md'),
              'batches: %s' % (rollout_report.batches_line(batches) or 'none')]
+    if rollout_report.balancer_line(rows):
+        lines.append(rollout_report.balancer_line(rows))
     lines.extend(rollout_report.host_line(row) for row in rows)
     files = []
     if not module.check_mode:
