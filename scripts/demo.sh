@@ -9,6 +9,9 @@
 #   scripts/demo.sh --reset    recreate the three hosts dirty, THEN roll out
 #                              again (scripts/sim_fleet.sh reset only resets)
 # Extra arguments go to ansible-playbook (e.g. --check, --tags debug_artifacts).
+# The hosts sit behind the test world's HAProxy (scripts/balancer.sh) and a
+# load generator sends streaming completions through it during the whole
+# rollout; the last line says how many requests the clients saw fail.
 # The terminal shows one line per host and phase (the gpufleet.vllm.phases
 # callback); the full ansible-playbook output goes to the run's report
 # directory. ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default prints it all.
@@ -20,7 +23,7 @@ cd "$REPO_ROOT"
 RESET=0
 case "${1:-}" in
   --reset) RESET=1; shift ;;
-  -h|--help) sed -n '4,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '4,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 
 "$REPO_ROOT/scripts/bootstrap.sh"
@@ -36,6 +39,36 @@ else
   "$REPO_ROOT/scripts/sim_fleet.sh" up
 fi
 
+# the fleet's load balancer: HAProxy on the control node in front of the
+# three hosts (a shipped config; scripts/balancer.sh down stops it). The
+# inventory drains each host there before its stop (balancer_type haproxy
+# while GPUFLEET_LB_SOCKET exists). Restarted each run: a reset gives the
+# hosts new addresses.
+"$REPO_ROOT/scripts/balancer.sh" down >/dev/null 2>&1 || true
+"$REPO_ROOT/scripts/balancer.sh" up sim-gpu-1 sim-gpu-2 sim-gpu-3
+
+# clients during the whole rollout: streaming completions through the
+# balancer, every request recorded (tests/sim/traffic.py; it stops by itself
+# after an hour at the latest)
+TRAFFIC="$GPUFLEET_CACHE/demo-traffic"
+mkdir -p "$TRAFFIC"
+rm -f "$TRAFFIC/stop" "$TRAFFIC/result.json"
+python3 "$REPO_ROOT/tests/sim/traffic.py" --url "$GPUFLEET_LB_URL" --model kimi-k2.5 --rate 2 --max-tokens 300 \
+  --duration 3600 --stop-file "$TRAFFIC/stop" --out "$TRAFFIC/result.json" >"$TRAFFIC/traffic.log" 2>&1 &
+TRAFFIC_PID=$!
+
 export ANSIBLE_STDOUT_CALLBACK="${ANSIBLE_STDOUT_CALLBACK:-gpufleet.vllm.phases}"
 log "ansible-playbook playbooks/rollout.yml -i tests/sim/inventory $*"
-exec ansible-playbook -i tests/sim/inventory playbooks/rollout.yml "$@"
+rc=0
+ansible-playbook -i tests/sim/inventory playbooks/rollout.yml "$@" || rc=$?
+
+touch "$TRAFFIC/stop"
+for _ in $(seq 1 150); do kill -0 "$TRAFFIC_PID" 2>/dev/null || break; sleep 1; done
+kill "$TRAFFIC_PID" 2>/dev/null || true
+if [[ -s "$TRAFFIC/result.json" ]]; then
+  log "clients through the balancer during the rollout ($TRAFFIC/result.json):"
+  tail -n 1 "$TRAFFIC/traffic.log" >&2
+else
+  log "the load generator wrote no result (see $TRAFFIC/traffic.log)"
+fi
+exit "$rc"
