@@ -312,3 +312,50 @@ def test_the_audit_between_the_rollouts_lists_what_the_lock_changes_on_each_host
     for name in ("rollout-2", "rollout-3"):
         block = section.split("**%s**" % name, 1)[1].split("\n\n**", 1)[0]
         assert "- `lark 1.2.2 -> 1.3.1`\n" in block and "- `+ gguf 0.19.0`" in block
+
+
+def traffic(name):
+    with open(os.path.join(REPORTS, "traffic", name + ".json")) as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("name", ["first", "converge", "faults"])
+def test_clients_through_the_balancer_saw_no_failed_request(name):
+    seen = traffic(name)
+    assert seen["failed"] == 0 and seen["ok"] == seen["sent"] and seen["ok"] >= 20, seen
+    assert 0 < seen["latency_s"]["p50"] <= seen["latency_s"]["p99"], seen
+
+
+def test_the_same_traffic_without_the_drain_saw_failures():
+    seen = traffic("no-drain")
+    assert seen["failed"] > 0, seen
+    summary = report("no-drain", "summary.json")
+    assert rows(summary)["rollout-1"]["balancer"] == "none"
+    assert rows(summary)["rollout-1"]["drain_s"] is None
+
+
+def test_each_restarted_host_was_drained_and_put_back_once_proven():
+    first = rows(report("first", "summary.json"))
+    converge = rows(report("converge", "summary.json", 0))
+    for row in (first["rollout-1"], first["rollout-2"], converge["rollout-2"], converge["rollout-3"]):
+        assert row["balancer"] == "haproxy", row
+        assert row["drain_s"] is not None and row["inflight_at_stop"] == 0, row
+        assert row["back_in_rotation"] is True, row
+    # out of rotation from the drain to the health check's "up": at least the stop and the 5 s load
+    assert first["rollout-1"]["out_of_rotation_s"] > first["rollout-1"]["load_s"], first["rollout-1"]
+    # the host that failed its readiness gate went back once its previous build served again
+    assert first["rollout-2"]["status"] == "FAILED, rolled back"
+    assert first["rollout-2"]["out_of_rotation_s"] is not None
+    # hosts that did not restart never left the rotation
+    assert first["rollout-3"]["drain_s"] is None and converge["rollout-1"]["drain_s"] is None
+
+
+def test_faults_after_the_stop_each_rolled_back_and_back_in_rotation():
+    faults = rows(report("faults", "summary.json"))
+    assert report("faults", "summary.json")["batches"] == [["rollout-1"], ["rollout-2"], ["rollout-3"]]
+    for name, row in faults.items():
+        assert row["status"] == "FAILED, rolled back", (name, row)
+        assert row["inflight_at_stop"] == 0 and row["back_in_rotation"] is True, (name, row)
+        assert re.match(r"/opt/vllm/envs/vllm-0\.33\.1\.dev7_g[0-9a-f]{12}-", row["serving_env"]), (name, row)
+    assert "pristine" in faults["rollout-3"]["failure"].lower() or "modified" in faults["rollout-3"]["failure"].lower(), faults["rollout-3"]
+    assert "vram" in faults["rollout-2"]["failure"].lower() or "mib" in faults["rollout-2"]["failure"].lower(), faults["rollout-2"]
