@@ -52,6 +52,7 @@ import argparse
 import http.client
 import ipaddress
 import json
+import math
 import os
 import signal
 import socket
@@ -83,7 +84,7 @@ def _positive(kind, name, maximum):
         except ValueError:
             raise argparse.ArgumentTypeError("%s must be a %s number, got %r"
                                              % (name, "whole" if kind is int else "decimal", text))
-        if not value > 0 or value > maximum or value != value:
+        if math.isnan(value) or not 0 < value <= maximum:
             raise argparse.ArgumentTypeError("%s must be above 0 and at most %s, got %r" % (name, maximum, text))
         return value
     return parse
