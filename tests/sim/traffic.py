@@ -66,6 +66,7 @@ REASONS = ("connect", "status", "truncated", "timeout", "bad_data")
 MAX_LINE = 64 * 1024            # one SSE line
 MAX_BODY = 16 * 1024 * 1024     # one response, all of it
 MAX_FAILURES_KEPT = 50
+MAX_PROMPT = 65536
 DETAIL_CHARS = 300
 
 
@@ -436,6 +437,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if not args.model.strip() or len(args.model) > 256 or len(args.prompt) > MAX_PROMPT:
+            raise UsageError("--model must be a name of 1 to 256 characters and --prompt at most %d" % MAX_PROMPT)
         traffic = Traffic(args.url, args.model, rate=args.rate, max_tokens=args.max_tokens,
                           concurrency=args.concurrency, duration=args.duration, max_requests=args.max_requests,
                           stop_file=args.stop_file, timeout=args.timeout, drain_seconds=args.drain_seconds,

@@ -145,6 +145,7 @@ import fnmatch
 import glob
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -226,7 +227,7 @@ def _fault_number(faults, key, default, minimum=0.0):
         value = float(raw)
     except ValueError:
         raise ConfigError("the faults file sets %s=%r: not a decimal number" % (key, raw))
-    if not value >= minimum or value > 86400:
+    if math.isnan(value) or value < minimum or value > 86400:
         raise ConfigError("the faults file sets %s=%r: it must be at least %s and at most 86400"
                           % (key, raw, minimum))
     return value

@@ -819,6 +819,7 @@ def test_faults_file_venv_faults_hit_only_the_matching_build(tmp_path, monkeypat
     ("slow_venv=/x/*\n", "no slow_tokens_per_second"),
     ("slow_venv=/x/*\nslow_tokens_per_second=fast\n", "slow_tokens_per_second='fast': not a decimal number"),
     ("release_seconds=-1\n", "release_seconds='-1': it must be at least"),
+    ("release_seconds=nan\n", "release_seconds='nan': it must be at least"),
 ])
 def test_faults_file_bad_values_are_reported(tmp_path, monkeypatch, text, message):
     monkeypatch.setenv("VLLM_STANDIN_FAULTS_FILE", write_faults(tmp_path, text))

@@ -257,6 +257,8 @@ def test_refuses_a_target_that_is_not_loopback(tmp_path):
         assert result.returncode == 2, url
         assert result.stderr.startswith("traffic: "), result.stderr
         assert not out.exists()
+    result = run_cli(["--url", "http://127.0.0.1:1", "--model", " ", "--out", str(out)], timeout=30)
+    assert result.returncode == 2 and "--model must be" in result.stderr
     assert "only loopback addresses" in run_cli(["--url", "http://10.1.2.3:8000", "--model", "m",
                                                  "--out", str(out)]).stderr
     for url in ("http://127.0.0.1:8000", "http://127.9.8.7:1", "http://localhost:80", "http://[::1]:8000/base/"):
