@@ -164,7 +164,7 @@ def test_all_ok_against_a_running_standin_and_the_json_shape(standin, tmp_path):
                       "--out", str(out)])
     assert result.returncode == 0, result.stderr
     data = json.loads(out.read_text())
-    assert 15 <= data["sent"] <= 22  # 10/s for 2 s (first start at 0)
+    assert 10 <= data["sent"] <= 21  # 10/s for 2 s (fewer when the machine stalls: no burst after)
     assert (data["ok"], data["failed"]) == (data["sent"], 0)
     assert data["by_reason"] == {"connect": 0, "status": 0, "truncated": 0, "timeout": 0, "bad_data": 0}
     assert data["not_sent"] == {"concurrency_cap": 0}
@@ -189,11 +189,11 @@ def test_all_ok_against_a_running_standin_and_the_json_shape(standin, tmp_path):
 def test_standin_stopped_mid_run_counts_truncated_and_connect_failures(standin):
     url, proc = standin()
     # 50 tokens at 100/s: each stream runs 0.5 s, so some are cut when the server stops
-    run = traffic.Traffic(url, "sim", rate=10, max_tokens=50, duration=2.5, timeout=10, drain_seconds=10)
+    run = traffic.Traffic(url, "sim", rate=10, max_tokens=50, duration=3, timeout=10, drain_seconds=10)
     holder = {}
     thread = threading.Thread(target=lambda: holder.update(result=run.run()))
     thread.start()
-    time.sleep(1.0)
+    time.sleep(1.5)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     thread.join(30)
@@ -323,3 +323,10 @@ def test_requests_still_running_after_the_drain_wait_are_counted(fake_server):
     assert result["sent"] >= 1
     assert result["by_reason"]["timeout"] == result["sent"]
     assert "still running" in result["failures"][0]["detail"]
+
+
+def test_percentiles_are_nearest_rank():
+    values = list(range(100, 0, -1))
+    assert (traffic.percentile(values, 0.5), traffic.percentile(values, 0.99)) == (50, 99)
+    assert traffic.percentile([0.3], 0.99) == 0.3
+    assert traffic.percentile([], 0.5) is None
