@@ -458,7 +458,11 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if args.pid_file:
-        write_json_text(args.pid_file, "%d\n" % os.getpid())
+        try:
+            write_text_atomic(args.pid_file, "%d\n" % os.getpid())
+        except OSError as exc:
+            sys.stderr.write("traffic: cannot write the pid file %s: %s\n" % (args.pid_file, exc))
+            return 2
     try:
         result = traffic.run()
         write_json(args.out, result)
@@ -471,7 +475,7 @@ def main(argv=None):
     return 0 if result["failed"] == 0 and result["not_sent"]["concurrency_cap"] == 0 else 1
 
 
-def write_json_text(path, text):
+def write_text_atomic(path, text):
     """Write TEXT to PATH atomically."""
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".traffic.", dir=directory)
