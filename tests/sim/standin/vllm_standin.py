@@ -84,10 +84,9 @@ Environment (all optional)::
                                            which environment was resolved
     VLLM_STANDIN_FAULTS_FILE=/etc/vllm-standin/faults
                                            read at start when it exists:
-                                           key=value lines never_ready=1 and
-                                           never_ready_venv=GLOB, as the two
-                                           variables; a fault injected on one
-                                           host without touching its unit
+                                           key=value lines (the table below);
+                                           a fault injected on one host
+                                           without touching its unit
     VLLM_STANDIN_NEVER_READY_VENV=         a glob: when VLLM_STANDIN_VENV
                                            resolves (links followed) to a
                                            path matching it, load forever;
@@ -98,6 +97,32 @@ Environment (all optional)::
                                            missing local path
     FAKE_NVML_STATE=/var/lib/fake-nvml/state
                                            the fake NVML state file
+
+The faults file (``#`` starts a comment). A key ending in ``_venv`` takes
+a glob and applies only when VLLM_STANDIN_VENV resolves (links followed) to
+a path matching it, so one build fails while the previous one still works
+and a rollback onto it succeeds::
+
+    never_ready=1              load forever (as VLLM_STANDIN_NEVER_READY)
+    never_ready_venv=GLOB      load forever (the readiness gate fails)
+    crash_at_start_venv=GLOB   exit 1 right at start, before binding the port
+                               (the unit fails to start)
+    no_vram_venv=GLOB          serve normally but claim no VRAM in the fake
+                               NVML state (the "VRAM loaded" gate fails)
+    tamper_venv=GLOB           once ready, append the line
+                               "# debug: tampered by the stand-in fault" to
+                               <venv>/lib/python3*/site-packages/vllm/__init__.py
+                               (unless it is there already): the integrity
+                               check fails after the switch
+    slow_venv=GLOB             stream at slow_tokens_per_second tokens/s per
+    slow_tokens_per_second=N   stream (the benchmark regresses); slow_venv
+                               without it is an error
+    release_seconds=N          every build: the VRAM release delay after
+                               SIGTERM (overrides VLLM_STANDIN_RELEASE_SECONDS;
+                               VRAM not freed in time)
+
+A number that is not one, in the environment or the faults file, stops the
+stand-in at start with exit status 2 and a message naming it.
 
 A simulated crash does not free its VRAM entries: the fake NVML library
 ignores the entries of dead processes, as the driver frees their memory.
@@ -120,6 +145,7 @@ import fnmatch
 import glob
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -136,6 +162,7 @@ STANDIN_VERSION = "0.33.0"
 DEFAULT_STATE_PATH = "/var/lib/fake-nvml/state"
 DEFAULT_TOTAL_MIB = 97887
 DEFAULT_MAX_MODEL_LEN = 32768
+TAMPER_LINE = "# debug: tampered by the stand-in fault"
 
 LOG = logging.getLogger("vllm.standin")
 ACCESS_LOG = logging.getLogger("uvicorn.access")
@@ -189,6 +216,21 @@ def _venv_vllm_version(venv):
 
 class ConfigError(Exception):
     """A setting the stand-in cannot work with."""
+
+
+def _fault_number(faults, key, default, minimum=0.0):
+    """The decimal number KEY of the faults file (DEFAULT when absent)."""
+    raw = faults.get(key, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError("the faults file sets %s=%r: not a decimal number" % (key, raw))
+    if math.isnan(value) or value < minimum or value > 86400:
+        raise ConfigError("the faults file sets %s=%r: it must be at least %s and at most 86400"
+                          % (key, raw, minimum))
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -300,11 +342,29 @@ class Settings:
             self.never_ready = True
         never_glob = (os.environ.get("VLLM_STANDIN_NEVER_READY_VENV", "").strip()
                       or faults.get("never_ready_venv", "").strip())
-        if never_glob and self.venv_resolved and fnmatch.fnmatch(self.venv_resolved, never_glob):
+        if self._venv_matches(never_glob):
             self.never_ready = True
+        # faults that hit one build only (the previous one still works, so a rollback onto it succeeds)
+        self.crash_at_start = self._venv_matches(faults.get("crash_at_start_venv", "").strip())
+        self.no_vram = self._venv_matches(faults.get("no_vram_venv", "").strip())
+        self.tamper = self._venv_matches(faults.get("tamper_venv", "").strip())
+        slow_glob = faults.get("slow_venv", "").strip()
+        if slow_glob:
+            slow_rate = _fault_number(faults, "slow_tokens_per_second", None, minimum=0.001)
+            if slow_rate is None:
+                raise ConfigError("the faults file sets slow_venv=%s but no slow_tokens_per_second=N "
+                                  "(the decode rate of the slow build)" % slow_glob)
+            if self._venv_matches(slow_glob):
+                self.tokens_per_second = slow_rate
+        self.release_seconds = _fault_number(faults, "release_seconds", self.release_seconds)
+        self.faults = faults
         self.require_model_dir = _env_flag("VLLM_STANDIN_REQUIRE_MODEL_DIR", True)
         self.state_path = os.environ.get("FAKE_NVML_STATE") or DEFAULT_STATE_PATH
         self.max_model_len = None  # resolved from the model's config.json
+
+    def _venv_matches(self, pattern):
+        """True when VLLM_STANDIN_VENV resolves (links followed) to a path matching the glob PATTERN."""
+        return bool(pattern and self.venv_resolved and fnmatch.fnmatch(self.venv_resolved, pattern))
 
     def gpu_indices(self):
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
@@ -1309,6 +1369,10 @@ class StandinApp:
             "max_model_len": settings.max_model_len_arg, "max_num_seqs": settings.max_num_seqs}))
         if settings.ignored:
             LOG.info("Ignoring vLLM arguments the stand-in does not model: %s", " ".join(settings.ignored))
+        if settings.crash_at_start:
+            LOG.error("simulated crash at start (faults file crash_at_start_venv matches the vLLM environment "
+                      "%s): exiting before binding the port", settings.venv_resolved)
+            return 1
         if settings.require_model_dir and _looks_like_path(settings.model) and not os.path.isdir(settings.model):
             LOG.error("Invalid repository ID or local directory specified: '%s'. The model directory does "
                       "not exist on this host: copy the model there or fix the path in the unit.", settings.model)
@@ -1327,6 +1391,10 @@ class StandinApp:
             return 1
 
         target = self.vram_target()
+        if settings.no_vram:
+            LOG.warning("faults file no_vram_venv matches the vLLM environment %s: serving without claiming "
+                        "any VRAM", settings.venv_resolved)
+            target = 0
         gpus = settings.gpu_indices()
         LOG.info("Loading model %s on %d GPU(s) %s (tensor parallel %d): claiming %d MiB per GPU",
                  settings.model, len(gpus), ",".join(str(g) for g in gpus), settings.tp, target)
@@ -1350,6 +1418,8 @@ class StandinApp:
         UVICORN_LOG.info("Waiting for application startup.")
         UVICORN_LOG.info("Application startup complete.")
         UVICORN_LOG.info("Uvicorn running on %s (Press CTRL+C to quit)", url)
+        if settings.tamper:
+            self.tamper()
 
         ready_at = time.monotonic()
         while not self.signalled.wait(0.5):
@@ -1357,6 +1427,25 @@ class StandinApp:
                 self.crash("simulated crash %.1f s after ready (VLLM_STANDIN_EXIT_AFTER_SECONDS)"
                            % settings.exit_after_seconds)
         return self.shutdown(target)
+
+    def tamper(self):
+        """The tamper_venv fault: append TAMPER_LINE to the environment's vllm/__init__.py (once)."""
+        pattern = os.path.join(self.settings.venv_resolved, "lib", "python3*", "site-packages", "vllm", "__init__.py")
+        paths = sorted(glob.glob(pattern))
+        if not paths:
+            LOG.warning("faults file tamper_venv: no %s to tamper with", pattern)
+            return
+        try:
+            with open(paths[0], "a+", encoding="utf-8") as handle:
+                handle.seek(0)
+                text = handle.read(16 * 1024 * 1024)
+                if TAMPER_LINE in text.splitlines():
+                    return
+                handle.write(("" if text.endswith("\n") or not text else "\n") + TAMPER_LINE + "\n")
+        except OSError as exc:
+            LOG.warning("faults file tamper_venv: could not append to %s: %s", paths[0], exc)
+            return
+        LOG.warning("faults file tamper_venv: appended %r to %s", TAMPER_LINE, paths[0])
 
     def load(self):
         """Wait the load time (forever when never-ready); False if signalled."""

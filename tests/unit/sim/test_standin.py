@@ -769,3 +769,152 @@ def test_faults_file_injects_never_ready_per_venv(tmp_path, monkeypatch):
     faults.unlink()
     monkeypatch.setenv("VLLM_STANDIN_VENV", str(tmp_path / "envs" / "new"))
     assert not standin.Settings(args, unknown).never_ready
+
+
+# ---------------------------------------------------------------------------
+# faults for rollback tests: one build fails, the previous one still works
+
+
+def make_venvs(tmp_path):
+    """Two fake vLLM environments envs/new and envs/old (vllm/__init__.py each) and a link current -> new."""
+    for name in ("new", "old"):
+        package = tmp_path / "envs" / name / "lib" / "python3.11" / "site-packages" / "vllm"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text('__version__ = "0.33.0"\n')
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "envs" / "new")
+    return link
+
+
+def write_faults(tmp_path, text):
+    path = tmp_path / "faults"
+    path.write_text("# written by a test\n" + text)
+    return str(path)
+
+
+def test_faults_file_venv_faults_hit_only_the_matching_build(tmp_path, monkeypatch):
+    link = make_venvs(tmp_path)
+    new_glob = str(tmp_path / "envs" / "new*")
+    monkeypatch.setenv("VLLM_STANDIN_FAULTS_FILE", write_faults(tmp_path, "".join(
+        "%s=%s\n" % (key, new_glob) for key in ("crash_at_start_venv", "no_vram_venv", "tamper_venv", "slow_venv"))
+        + "slow_tokens_per_second=7.5\nrelease_seconds=4\n"))
+    monkeypatch.setenv("VLLM_STANDIN_TOKENS_PER_SECOND", "82")
+    monkeypatch.setenv("VLLM_STANDIN_RELEASE_SECONDS", "1")
+    args, unknown = standin.build_parser().parse_known_intermixed_args(
+        ["serve", str(tmp_path), "--served-model-name", "m"])
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(link))  # resolved through the link
+    cfg = standin.Settings(args, unknown)
+    assert (cfg.crash_at_start, cfg.no_vram, cfg.tamper, cfg.tokens_per_second) == (True, True, True, 7.5)
+    assert cfg.release_seconds == 4.0
+    monkeypatch.setenv("VLLM_STANDIN_VENV", str(tmp_path / "envs" / "old"))
+    cfg = standin.Settings(args, unknown)
+    assert (cfg.crash_at_start, cfg.no_vram, cfg.tamper, cfg.tokens_per_second) == (False, False, False, 82.0)
+    assert cfg.release_seconds == 4.0  # every build
+    monkeypatch.delenv("VLLM_STANDIN_VENV")
+    cfg = standin.Settings(args, unknown)
+    assert (cfg.crash_at_start, cfg.no_vram, cfg.tamper, cfg.tokens_per_second) == (False, False, False, 82.0)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("slow_venv=/x/*\n", "no slow_tokens_per_second"),
+    ("slow_venv=/x/*\nslow_tokens_per_second=fast\n", "slow_tokens_per_second='fast': not a decimal number"),
+    ("release_seconds=-1\n", "release_seconds='-1': it must be at least"),
+    ("release_seconds=nan\n", "release_seconds='nan': it must be at least"),
+])
+def test_faults_file_bad_values_are_reported(tmp_path, monkeypatch, text, message):
+    monkeypatch.setenv("VLLM_STANDIN_FAULTS_FILE", write_faults(tmp_path, text))
+    args, unknown = standin.build_parser().parse_known_intermixed_args(["serve", str(tmp_path)])
+    with pytest.raises(standin.ConfigError, match=message):
+        standin.Settings(args, unknown)
+
+
+def test_crash_at_start_exits_before_binding_and_the_old_build_starts(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = write_faults(tmp_path, "crash_at_start_venv=%s\n" % (tmp_path / "envs" / "new"))
+    server = spawn(bare_model_dir, env={"VLLM_STANDIN_VENV": str(link), "VLLM_STANDIN_FAULTS_FILE": faults,
+                                        "VLLM_STANDIN_LOAD_SECONDS": "5"})
+    assert server.proc.wait(15) == 1
+    assert "simulated crash at start" in server.output()
+    assert "crash_at_start_venv" in server.output()
+    assert read_procs(server.state) == {}  # it never claimed VRAM
+    assert not os.path.exists(server.state)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", server.port))  # and never held its port
+
+    old = spawn(bare_model_dir, env={"VLLM_STANDIN_VENV": str(tmp_path / "envs" / "old"),
+                                     "VLLM_STANDIN_FAULTS_FILE": faults})
+    old.wait_ready()
+    assert "simulated crash" not in old.output()
+
+
+def test_no_vram_serves_without_claiming_vram(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = write_faults(tmp_path, "no_vram_venv=%s/envs/new\n" % tmp_path)
+    server = spawn(bare_model_dir, tp=2, env={"VLLM_STANDIN_VENV": str(link), "VLLM_STANDIN_FAULTS_FILE": faults,
+                                              "VLLM_STANDIN_VRAM_MIB": "5000"})
+    server.wait_ready()
+    status, body = server.post("/v1/completions", {"model": "sim-model", "prompt": "hello", "max_tokens": 2})
+    assert status == 200 and body["usage"]["completion_tokens"] == 2
+    assert read_procs(server.state) == {}
+    assert "no_vram_venv" in server.output()
+
+    old = spawn(bare_model_dir, tp=2, env={"VLLM_STANDIN_VENV": str(tmp_path / "envs" / "old"),
+                                           "VLLM_STANDIN_FAULTS_FILE": faults, "VLLM_STANDIN_VRAM_MIB": "5000"})
+    old.wait_ready()
+    assert read_procs(old.state) == {0: {old.pid: 5000}, 1: {old.pid: 5000}}
+
+
+def test_tamper_appends_one_line_to_the_matching_build_once_ready(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = write_faults(tmp_path, "tamper_venv=%s/envs/new\n" % tmp_path)
+    site = "lib/python3.11/site-packages/vllm/__init__.py"
+    new_init, old_init = tmp_path / "envs" / "new" / site, tmp_path / "envs" / "old" / site
+    server = spawn(bare_model_dir, env={"VLLM_STANDIN_VENV": str(link), "VLLM_STANDIN_FAULTS_FILE": faults,
+                                        "VLLM_STANDIN_LOAD_SECONDS": "1"})
+    time.sleep(0.5)
+    assert new_init.read_text() == '__version__ = "0.33.0"\n'  # not while loading
+    server.wait_ready()
+    expected = '__version__ = "0.33.0"\n# debug: tampered by the stand-in fault\n'
+    wait_for(lambda: new_init.read_text() == expected, 10, "the tampered line")
+    server.terminate()
+    assert server.proc.wait(15) == 0
+    # a restart of the same build does not append it again; the old build is untouched
+    again = spawn(bare_model_dir, env={"VLLM_STANDIN_VENV": str(link), "VLLM_STANDIN_FAULTS_FILE": faults})
+    again.wait_ready()
+    wait_for(lambda: "Uvicorn running" in again.output(), 10, "the ready log line")
+    time.sleep(0.2)
+    assert new_init.read_text() == expected
+    old = spawn(bare_model_dir, env={"VLLM_STANDIN_VENV": str(tmp_path / "envs" / "old"),
+                                     "VLLM_STANDIN_FAULTS_FILE": faults})
+    old.wait_ready()
+    assert old_init.read_text() == '__version__ = "0.33.0"\n'
+
+
+def test_slow_build_streams_at_the_slow_rate(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = write_faults(tmp_path, "slow_venv=%s/envs/new\nslow_tokens_per_second=20\n" % tmp_path)
+    env = {"VLLM_STANDIN_FAULTS_FILE": faults, "VLLM_STANDIN_TOKENS_PER_SECOND": "500"}
+    slow = spawn(bare_model_dir, env=dict(env, VLLM_STANDIN_VENV=str(link))).wait_ready()
+    fast = spawn(bare_model_dir, env=dict(env, VLLM_STANDIN_VENV=str(tmp_path / "envs" / "old"))).wait_ready()
+    body = {"model": "sim-model", "prompt": "hello", "max_tokens": 11, "stream": True, "ignore_eos": True}
+    spans = {}
+    for name, server in (("slow", slow), ("fast", fast)):
+        tokens, dummy, done = completion_chunks(server.stream("/v1/completions", body))
+        assert len(tokens) == 11 and len(done) == 1
+        spans[name] = tokens[-1][0] - tokens[0][0]  # 10 intervals between 11 tokens
+    assert 0.45 <= spans["slow"] < 1.5  # 10 / 20 tok/s = 0.5 s
+    assert spans["fast"] < 0.2  # 10 / 500 tok/s = 0.02 s
+
+
+def test_release_seconds_fault_delays_the_vram_release(spawn, bare_model_dir, tmp_path):
+    faults = write_faults(tmp_path, "release_seconds=2\n")
+    server = spawn(bare_model_dir, env={"VLLM_STANDIN_FAULTS_FILE": faults, "VLLM_STANDIN_VRAM_MIB": "4000"})
+    server.wait_ready()
+    server.terminate()
+    stopped = time.monotonic()
+    time.sleep(0.5)
+    assert read_procs(server.state) == {0: {server.pid: 4000}}  # the environment's 0.2 s would have freed it
+    wait_for(lambda: read_procs(server.state) == {0: {server.pid: 2000}}, 5, "half of the VRAM released")
+    assert server.proc.wait(15) == 0
+    assert time.monotonic() - stopped >= 1.9
+    assert read_procs(server.state) == {}
