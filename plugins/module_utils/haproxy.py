@@ -21,19 +21,19 @@ What a server's state means here:
   resolve), else ``drain`` (forced or inherited), else ``ready``.
 * ``status`` -- ``show stat``'s status string as HAProxy writes it: ``UP``,
   ``DOWN``, ``MAINT``, ``DRAIN``, ``NOLB``, ``no check``, and the
-  transitions ``UP 1/2`` (up, a check failed: going *down* after ``fall``
-  failures) and ``DOWN 1/2`` (down, a check passed: going *up* after
-  ``rise`` successes).
+  transitions ``UP n/m`` (up, but with less than full health: a check failed,
+  or none passed yet -- a server leaving maint is put back up at once,
+  unchecked, as ``UP 1/2`` with ``rise 2 fall 2``, and one failed check takes
+  it down) and ``DOWN n/m`` (down, checks passing: up after ``rise`` of them).
 * ``up`` -- the health check sees the server up: the status is ``UP`` or an
   ``UP n/m`` transition, or ``DRAIN``/``NOLB`` (up, but taking no new
   traffic), or ``no check`` (a server without health check is up for
   HAProxy).
 * ``serving`` -- it takes new requests now: admin ``ready`` and a status
-  ``UP``, ``UP n/m`` (still up until ``fall`` failures) or ``no check``.
+  ``UP``, ``UP n/m`` (HAProxy sends it requests) or ``no check``.
 * the wait of ``state=ready`` ends on ``settled_up``: admin ``ready`` and a
-  status exactly ``UP`` (all of the last ``rise`` checks passed and none has
-  failed since), or ``no check``; an ``UP 1/2`` does not end it, since it is
-  a server whose checks have begun to fail.
+  status exactly ``UP`` (full health: a check passed since it came back and
+  none failed since), or ``no check`` (nothing to wait for).
 
 Public API (used by the ``haproxy_server`` module): :func:`name_problem`,
 :func:`command`, :func:`backend_servers`, :func:`set_admin`,
@@ -282,6 +282,11 @@ def set_admin(path, backend, server, state, timeout=5.0):
     if answer:
         raise HaproxyError("HAProxy at %s answered `set server %s/%s state %s` with: %s" % (
             path, backend, server, state, answer.splitlines()[0][:200]), "answer")
+
+
+def predicted(server, state):
+    """The server as it would be with admin state (check mode): admin and serving; the status as it is now."""
+    return dict(server, admin=state, serving=_serving(state, server["status"]))
 
 
 def settled_up(server):

@@ -23,8 +23,8 @@ description:
     V(ready), until HAProxy's own health check sees the server up (status exactly C(UP), see RV(servers)); with
     V(drain) or V(maint), until the server has no session left (C(scur) 0). At O(timeout), O(on_timeout) says
     whether the task fails or goes on with a warning.
-  - Backend and server names are checked before they reach a command line of the API (HAProxy identifiers, 1 to 64
-    of C(A-Z a-z 0-9 _ . : -)).
+  - "Backend and server names are checked before they reach a command line of the API (HAProxy identifiers, 1 to 64
+    of C(A-Z a-z 0-9 _ . : -))."
   - A socket that is missing, not a socket, not allowed or refused, a socket without C(level admin), an unknown
     backend (the task names the backends HAProxy has) or server (it names the backend's servers) fail the task
     before anything is written.
@@ -50,9 +50,10 @@ options:
     default: query
   wait:
     description:
-      - With O(state=ready), wait until the server's status is exactly C(UP) (or C(no check) for a server without
-        health check): C(UP 1/2) is an up server whose checks have begun to fail and does not count; a server coming
-        up shows C(DOWN 1/2) until C(rise) checks passed.
+      - With O(state=ready), wait until the server's status is exactly C(UP), its full health (or C(no check) for a
+        server without health check). HAProxy puts a server that leaves V(maint) or V(drain) back in rotation at
+        once, before any check, as C(UP 1/2) (with C(rise 2 fall 2); one failed check takes it down); that does not
+        end the wait, a passed check does. A server that was C(DOWN) shows C(DOWN 1/2) until C(rise) checks passed.
       - With O(state=drain) or O(state=maint), wait until the server's current sessions (C(scur)) are 0.
       - Ignored with O(state=query).
     type: bool
@@ -93,9 +94,10 @@ attributes:
     platforms: posix
 notes:
   - Run it where the socket is, usually the balancer's host (C(delegate_to)), as a user who may open the socket.
-  - A server is RV(servers[].serving) when its admin state is V(ready) and its status C(UP), C(UP n/m) (up, with
-    failing checks, until C(fall) of them) or C(no check); C(DRAIN), C(MAINT), C(NOLB), C(DOWN) and C(DOWN n/m)
-    serve no new requests.
+  - A server is RV(servers[].serving) when its admin state is V(ready) and its status C(UP), C(UP n/m) (HAProxy
+    sends it requests) or C(no check); C(DRAIN), C(MAINT), C(NOLB), C(DOWN) and C(DOWN n/m) serve no new requests.
+  - O(state=ready) puts the server in rotation at once, before HAProxy checked it; prove the server (readiness)
+    before, and let O(wait=true) confirm HAProxy's own check after.
   - The socket is opened anew for each command; HAProxy closes it after its answer.
 requirements:
   - HAProxy 1.8 or newer with C(stats socket PATH level admin) (tested with 2.6).
@@ -190,7 +192,8 @@ servers:
     status:
       description:
         - C(show stat)'s status, as HAProxy writes it; C(UP), C(DOWN), C(MAINT), C(DRAIN), C(NOLB), C(no check),
-          C(UP 1/2) (up, going down after C(fall) failed checks), C(DOWN 1/2) (down, going up after C(rise) good ones).
+          C(UP 1/2) (up without full health; a check failed, or none passed since it left V(maint)), C(DOWN 1/2)
+          (down, going up after C(rise) good checks).
       type: str
     check:
       description: The last health check's C(check_status) (C(L7OK), C(L4CON), C(L7STS), ...); empty without check.
@@ -219,7 +222,9 @@ serving:
   type: int
   sample: 2
 server:
-  description: O(server) as in RV(servers), after the change and the wait; empty when O(server) is not given.
+  description:
+    - O(server) as in RV(servers), after the change and the wait; empty when O(server) is not given.
+    - In check mode, as it would be (C(admin) and C(serving); C(status) as it is now).
   returned: success, and on a wait timeout
   type: dict
   sample: {"name": "rollout-2", "admin": "drain", "status": "DRAIN", "sessions": 0, "serving": false}
@@ -249,6 +254,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.haproxy import (
     find,
     name_problem,
     no_sessions,
+    predicted,
     set_admin,
     settled_up,
     wait_for,
@@ -316,7 +322,7 @@ def main():
             set_admin(path, backend, name, state, rtimeout)
             servers, current = read()
         else:
-            current = dict(previous, admin=state) if changed else previous
+            current = predicted(previous, state) if changed else previous
         waited, timed_out = 0.0, False
         do_wait = params["wait"] and state != "query" and not (changed and module.check_mode)
         if do_wait:
