@@ -32,7 +32,7 @@ fi
   || die "GPUFLEET_LB_SOCKET must be \$GPUFLEET_LB_DIR/admin.sock (the config puts it there): $GPUFLEET_LB_SOCKET"
 # a UNIX socket's path has at most 107 bytes
 ((${#GPUFLEET_LB_SOCKET} <= 107)) || die "the socket path $GPUFLEET_LB_SOCKET is longer than 107 bytes: set a shorter GPUFLEET_LB_DIR"
-[[ "$GPUFLEET_LB_DIR" != *'"'* && "$GPUFLEET_LB_DIR" != *'\'* ]] || die "GPUFLEET_LB_DIR may hold no \" or \\: $GPUFLEET_LB_DIR"
+[[ "$GPUFLEET_LB_DIR" != *[\"\\]* ]] || die "GPUFLEET_LB_DIR may hold no \" or \\: $GPUFLEET_LB_DIR"
 
 # the pid of our HAProxy, when it runs (a pid file of a process that is gone
 # or is another program is no balancer)

@@ -303,11 +303,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    base = {"changed": False, "check_mode": module.check_mode}
+    base = {}
+    base["check_mode"] = module.check_mode
     problems = _problems(params)
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.haproxy_server: %s. Nothing was sent to HAProxy."
-                         % "; ".join(problems), error_kind="options", **base)
+                         % "; ".join(problems), error_kind="options", changed=False, **base)
     path, backend, name, state = params["socket"], params["backend"], params["server"], params["state"]
     rtimeout = params["request_timeout"]
 
@@ -329,10 +330,11 @@ def main():
             done = settled_up if state == "ready" else no_sessions
             servers, current, waited, timed_out = wait_for(read, done, params["timeout"], params["interval"])
     except HaproxyError as exc:
-        module.fail_json(msg=str(exc), error_kind=exc.kind, **base)
+        module.fail_json(msg=str(exc), error_kind=exc.kind, changed=False, **base)
 
-    result = dict(base, changed=changed, servers=servers, serving=sum(1 for s in servers if s["serving"]),
-                  server=current, previous=previous, waited=waited, timed_out=timed_out)
+    result = dict(check_mode=base["check_mode"], changed=changed, servers=servers,
+                  serving=sum(1 for s in servers if s["serving"]), server=current, previous=previous, waited=waited,
+                  timed_out=timed_out)
     if name is not None and state != "query":
         result["diff"] = {"before": {"admin": previous["admin"]}, "after": {"admin": state},
                           "before_header": "%s/%s" % (backend, name), "after_header": "%s/%s" % (backend, name)}
@@ -352,7 +354,8 @@ def main():
                        % (where, did, waited, goal, current["status"], current["sessions"], params["timeout"],
                           _serving_phrase(servers)))
             if params["on_timeout"] == "fail":
-                module.fail_json(msg=message, error_kind="wait_timeout", **result)
+                result.update(msg=message, error_kind="wait_timeout")
+                module.fail_json(**result)
             module.warn(message + " Going on anyway (on_timeout=continue).")
             result["msg"] = message
             module.exit_json(**result)

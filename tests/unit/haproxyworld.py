@@ -163,4 +163,3 @@ class World(object):
         thread.start()
         assert backend.slow_started.wait(10), "the slow request did not reach the back end"
         return thread, result
-

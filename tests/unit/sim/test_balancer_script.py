@@ -104,7 +104,7 @@ def test_up_status_down(env, vllms):
         # the frontend on loopback only, balancing over the three
         url = "http://127.0.0.1:%s/" % env["GPUFLEET_LB_PORT"]
         seen = set()
-        for _ in range(6):
+        for _attempt in range(6):
             with urllib.request.urlopen(url, timeout=5) as reply:
                 seen.add(reply.read().decode().strip())
         assert seen == set(ADDRS.values())
