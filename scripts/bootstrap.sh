@@ -18,7 +18,7 @@ LOGS="$GPUFLEET_CACHE/logs"
 
 # --- 1. Debian packages ------------------------------------------------------
 DEB_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs
-              gcc libc6-dev python3-venv git)
+              gcc libc6-dev python3-venv git haproxy)
 missing=()
 for pkg in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}\n' "$pkg" 2>/dev/null | grep -q "install ok installed" \

@@ -35,6 +35,15 @@ GPUFLEET_INDEX_ADDR="${GPUFLEET_INDEX_ADDR:-}"
 GPUFLEET_INDEX_URL="${GPUFLEET_INDEX_URL:-${GPUFLEET_INDEX_ADDR:+http://$GPUFLEET_INDEX_ADDR:$GPUFLEET_INDEX_PORT/simple/}}"
 export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_ADDR GPUFLEET_INDEX_URL
 
+# The test world's load balancer (scripts/balancer.sh): HAProxy on the
+# control node with its runtime API socket and pid file in GPUFLEET_LB_DIR,
+# its frontend at GPUFLEET_LB_URL (127.0.0.1 only, port GPUFLEET_LB_PORT).
+GPUFLEET_LB_DIR="${GPUFLEET_LB_DIR:-$GPUFLEET_CACHE/balancer}"
+GPUFLEET_LB_PORT="${GPUFLEET_LB_PORT:-8780}"
+GPUFLEET_LB_SOCKET="${GPUFLEET_LB_SOCKET:-$GPUFLEET_LB_DIR/admin.sock}"
+GPUFLEET_LB_URL="${GPUFLEET_LB_URL:-http://127.0.0.1:$GPUFLEET_LB_PORT}"
+export GPUFLEET_LB_DIR GPUFLEET_LB_PORT GPUFLEET_LB_SOCKET GPUFLEET_LB_URL
+
 export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
 # .cache/collections: this collection (a link); tests/sim/collections: the
 # simulated hosts' connection (test-only, not part of the collection)
