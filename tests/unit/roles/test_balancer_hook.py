@@ -285,6 +285,24 @@ PLAYS = """
           ansible.builtin.set_fact:
             errors: "{{{{ errors | default({{}}) | combine({{'missing': ansible_failed_result.msg}}) }}}}"
 
+- name: The pre-flight, a token the balancer API refuses
+  hosts: localhost
+  gather_facts: false
+  vars: *settings
+  tasks:
+    - name: Check
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.balancer
+            tasks_from: check
+          vars:
+            balancer_hook_api_token: not-the-token
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'refused': ansible_failed_result.msg}}) }}}}"
+
 - name: Take out with a stream in flight, then put back
   hosts: localhost
   gather_facts: false
@@ -392,13 +410,17 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
         return calls[start + 1:end]
 
     # the pre-flight: a host the API does not know, and a task file that is not there
-    assert errors["unknown"] == (
-        "The balancer's backend vllm has no server named ghost (it has: localhost, other). Nothing was touched. Set "
-        "balancer_server for these hosts to their name in the backend, or add them to the balancer, then run again.")
+    # (the role's sentence names the server, what the backend has, and that nothing was touched)
+    assert errors["unknown"].startswith("The balancer's backend vllm has no server named ghost (")
+    assert "it has: localhost, other). Nothing was touched. Set balancer_server for th" in errors["unknown"]
     assert errors["missing"].startswith(
         "balancer_type hook needs balancer_take_out_tasks and balancer_put_back_tasks (and, optional, "
         "balancer_query_tasks) as absolute paths of task files on the control node;")
     assert "put-back '%s/gone.yml'" % EXAMPLE in errors["missing"]
+    assert errors["refused"] == (
+        "The balancer API at %s (asked from localhost) did not list the servers of backend vllm: it refused the "
+        "request (HTTP 401): check balancer_hook_api_token. This step took no host out of rotation and stopped none."
+        % balancer.url)
 
     # check mode: the API is read, nothing is sent to it
     assert "check_mode" not in checked, checked.get("check_mode")
@@ -443,6 +465,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     assert "inflight_at_stop" not in errors["timeout_result"] and errors["timeout_result"]["put_back"] is True
 
     # every API call carried the token, and the token is in no output
-    assert all(c["auth"] == "Bearer " + TOKEN for c in calls if "/_mark/" not in c["path"])
+    assert [c["auth"] for c in calls if "/_mark/" not in c["path"] and c["auth"] != "Bearer " + TOKEN] == [
+        "Bearer not-the-token"]
     assert TOKEN not in output and TOKEN not in check_output
     assert elapsed < 90, "the plays took %.0f s" % elapsed
