@@ -41,14 +41,16 @@ class FakeBalancer:
     """A balancer with a small JSON API: GET /backends/B/servers, PUT /backends/B/servers/S {"state": ...}.
 
     A server set to ready turns healthy only HEALTH_DELAY seconds later (its health check). POST /_mark/NAME
-    (the plays' own marks) records NAME among the calls, and /_mark/stream-N starts a streaming completion of N
-    tokens on the stand-in (its end time kept in streams)."""
+    (the plays' own marks) records NAME among the calls; after /_mark/stream-N, the next PUT to drain starts a
+    streaming completion of N tokens on the stand-in before it answers (a request that came in just before the
+    server left the rotation; its end time kept in streams under the mark's name), whatever time Ansible took."""
 
     HEALTH_DELAY = 1.0
 
     def __init__(self, standin_port):
         self.calls = []
         self.streams = {}
+        self.armed = None
         self.lock = threading.Lock()
         self.servers = {"vllm": {"localhost": {"state": "ready", "healthy_at": 0.0},
                                  "other": {"state": "ready", "healthy_at": 0.0}}}
@@ -79,7 +81,7 @@ class FakeBalancer:
                                            "body": json.loads(body) if body else None})
                 if parts[:1] == ["_mark"]:
                     if parts[1].startswith("stream-"):
-                        balancer.stream(parts[1], int(parts[1].split("-")[1]))
+                        balancer.armed = parts[1]
                     return self._answer(200, {})
                 if self.headers.get("Authorization") != "Bearer " + TOKEN:
                     return self._answer(401, {"error": "unauthorized"})
@@ -98,6 +100,9 @@ class FakeBalancer:
                     if state not in ("drain", "ready"):
                         return self._answer(400, {"error": "state must be drain or ready"})
                     server = servers[parts[3]]
+                    if state == "drain" and balancer.armed:
+                        balancer.stream(balancer.armed, int(balancer.armed.split("-")[1]))
+                        balancer.armed = None
                     if state == "ready" and server["state"] != "ready":
                         server["healthy_at"] = time.time() + balancer.HEALTH_DELAY
                     server["state"] = state
@@ -312,8 +317,8 @@ PLAYS = """
       block:
         - name: Check the balancer
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
-        - name: Start a stream on the host
-          ansible.builtin.uri: {{url: "{mark}/stream-120", method: POST}}
+        - name: Start a stream on the host with the drain
+          ansible.builtin.uri: {{url: "{mark}/stream-60", method: POST}}
         - name: Take the host out
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
         - name: Keep the result
@@ -340,8 +345,8 @@ PLAYS = """
       block:
         - name: Check the balancer
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
-        - name: Start a long stream on the host
-          ansible.builtin.uri: {{url: "{mark}/stream-160", method: POST}}
+        - name: Start a long stream on the host with the drain
+          ansible.builtin.uri: {{url: "{mark}/stream-100", method: POST}}
         - name: Take the host out
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
           vars:
@@ -401,7 +406,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     elapsed = time.time() - started
     calls = balancer.calls
     marks = [c["path"].split("/")[-1] for c in calls if "/_mark/" in c["path"]]
-    assert marks == ["check-mode", "check-mode-end", "stream-120", "put-back", "stream-160"]
+    assert marks == ["check-mode", "check-mode-end", "stream-60", "put-back", "stream-100"]
 
     def between(first, second):
         paths = [c["path"] for c in calls]
@@ -431,15 +436,16 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     # take_out: drain at the API, then the role waited for the stream in flight
     assert "rollout" not in errors, errors.get("rollout")
     taken = errors["taken_out"]
-    stream = balancer.streams["stream-120"]
+    stream = balancer.streams["stream-60"]
     assert stream["ended"] is not None
-    assert puts(between("stream-120", "put-back")) == [("localhost", "drain")]
-    drain_put = [c for c in between("stream-120", "put-back") if c["method"] == "PUT"][0]
+    assert puts(between("stream-60", "put-back")) == [("localhost", "drain")]
+    drain_put = [c for c in between("stream-60", "put-back") if c["method"] == "PUT"][0]
     remaining = stream["ended"] - drain_put["time"]
     assert remaining > 1.0, "the stream had ended before the drain began: the test proves nothing"
     assert taken["taken_out"] is True and taken["drained"] is True and taken["forced"] is False
     # (out of rotation from just before the take-out's request, not from when the hook's own checks returned)
-    assert stream["started"] < taken["out_at"] <= drain_put["time"]
+    armed = [c for c in calls if c["path"].endswith("/_mark/stream-60")][0]
+    assert armed["time"] < taken["out_at"] <= drain_put["time"]
     # (the client notes the stream's end a moment after the server's count drops)
     assert taken["drain_seconds"] >= remaining - 0.2
     assert taken["out_at"] + taken["drain_seconds"] >= stream["ended"] - 0.2
@@ -447,7 +453,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
 
     # put_back: ready at the API, and it returned only once the API showed the server healthy
     back = errors["put_back"]
-    after = between("put-back", "stream-160")
+    after = between("put-back", "stream-100")
     assert puts(after) == [("localhost", "ready")]
     ready_put = [c for c in after if c["method"] == "PUT"][0]
     last_read = [c for c in after if c["method"] == "GET"][-1]
@@ -460,7 +466,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     assert errors["timeout"].startswith(
         "localhost did not drain within 1 s (balancer_drain_timeout): 1 request(s) running and 0 waiting in vLLM,")
     assert "It was put back in rotation and not stopped." in errors["timeout"]
-    assert puts(between("stream-160", None)) == [("localhost", "drain"), ("localhost", "ready")]
+    assert puts(between("stream-100", None)) == [("localhost", "drain"), ("localhost", "ready")]
     assert balancer.servers["vllm"]["localhost"]["state"] == "ready"
     assert "inflight_at_stop" not in errors["timeout_result"] and errors["timeout_result"]["put_back"] is True
 
