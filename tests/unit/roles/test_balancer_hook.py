@@ -1,0 +1,477 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The balancer role with balancer_type hook and the HTTP-API example (docs/examples/balancer_hook), run by real
+Ansible on localhost against a fake balancer API (an http.server thread on loopback that records every call) and the
+vLLM stand-in (its /metrics) as the host.
+
+The pre-flight refuses a host the API does not know and a task file that is not there; take_out sets the server to
+drain at the API and waits until the stand-in's stream in flight has ended; a drain that times out puts the server
+back to ready and fails with the role's sentence; put_back returns once the API shows the server ready and healthy;
+check mode sends no PUT. The API wants a bearer token, and the token never reaches the output.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from helpers import REPO
+
+STANDIN = os.path.join(REPO, "tests", "sim", "standin", "vllm_standin.py")
+EXAMPLE = os.path.join(REPO, "docs", "examples", "balancer_hook")
+WHEELHOUSE = os.environ.get("GPUFLEET_WHEELHOUSE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "gpufleet-vllm", "wheelhouse")
+TOKEN = "s3cret-t0ken-for-the-test"
+TOKENS_PER_SECOND = 20
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FakeBalancer:
+    """A balancer with a small JSON API: GET /backends/B/servers, PUT /backends/B/servers/S {"state": ...}.
+
+    A server set to ready turns healthy only HEALTH_DELAY seconds later (its health check). POST /_mark/NAME
+    (the plays' own marks) records NAME among the calls; after /_mark/stream-N, the next PUT to drain starts a
+    streaming completion of N tokens on the stand-in before it answers (a request that came in just before the
+    server left the rotation; its end time kept in streams under the mark's name), whatever time Ansible took."""
+
+    HEALTH_DELAY = 1.0
+
+    def __init__(self, standin_port):
+        self.calls = []
+        self.streams = {}
+        self.armed = None
+        self.lock = threading.Lock()
+        self.servers = {"vllm": {"localhost": {"state": "ready", "healthy_at": 0.0},
+                                 "other": {"state": "ready", "healthy_at": 0.0}}}
+        self.standin_port = standin_port
+        balancer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # (quiet)
+                pass
+
+            def _answer(self, status, body=None):
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _route(self, method):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                parts = [p for p in self.path.split("/") if p]
+                if parts[:1] == ["api"]:
+                    parts = parts[1:]
+                with balancer.lock:
+                    balancer.calls.append({"method": method, "path": self.path, "time": time.time(),
+                                           "auth": self.headers.get("Authorization"),
+                                           "body": json.loads(body) if body else None})
+                if parts[:1] == ["_mark"]:
+                    if parts[1].startswith("stream-"):
+                        balancer.armed = parts[1]
+                    return self._answer(200, {})
+                if self.headers.get("Authorization") != "Bearer " + TOKEN:
+                    return self._answer(401, {"error": "unauthorized"})
+                if len(parts) < 3 or parts[0] != "backends" or parts[2] != "servers" \
+                        or parts[1] not in balancer.servers:
+                    return self._answer(404, {"error": "no such backend"})
+                servers = balancer.servers[parts[1]]
+                if method == "GET" and len(parts) == 3:
+                    now = time.time()
+                    return self._answer(200, [{"name": name, "state": s["state"], "healthy": now >= s["healthy_at"]}
+                                              for name, s in sorted(servers.items())])
+                if method == "PUT" and len(parts) == 4:
+                    if parts[3] not in servers:
+                        return self._answer(404, {"error": "no such server"})
+                    state = json.loads(body or b"{}").get("state")
+                    if state not in ("drain", "ready"):
+                        return self._answer(400, {"error": "state must be drain or ready"})
+                    server = servers[parts[3]]
+                    if state == "drain" and balancer.armed:
+                        balancer.stream(balancer.armed, int(balancer.armed.split("-")[1]))
+                        balancer.armed = None
+                    if state == "ready" and server["state"] != "ready":
+                        server["healthy_at"] = time.time() + balancer.HEALTH_DELAY
+                    server["state"] = state
+                    return self._answer(200, {"name": parts[3], "state": state})
+                return self._answer(405, {"error": "not allowed"})
+
+            def do_GET(self):  # noqa: N802
+                self._route("GET")
+
+            def do_PUT(self):  # noqa: N802
+                self._route("PUT")
+
+            def do_POST(self):  # noqa: N802
+                self._route("POST")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = "http://127.0.0.1:%d/api" % self.httpd.server_address[1]
+        self.mark = "http://127.0.0.1:%d/_mark" % self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stream(self, name, tokens):
+        """One streaming completion on the stand-in, read to its end in a thread."""
+        import http.client  # pylint: disable=import-outside-toplevel
+        record = self.streams[name] = {"started": time.time(), "ended": None}
+
+        def run():
+            conn = http.client.HTTPConnection("127.0.0.1", self.standin_port, timeout=60)
+            try:
+                conn.request("POST", "/v1/completions", body=json.dumps({
+                    "model": "sim-model", "prompt": "hello world", "max_tokens": tokens, "stream": True}),
+                    headers={"Content-Type": "application/json"})
+                conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                conn.close()
+                record["ended"] = time.time()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        record["thread"] = thread
+        # (in flight at the stand-in before the play goes on)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            conn = http.client.HTTPConnection("127.0.0.1", self.standin_port, timeout=5)
+            try:
+                conn.request("GET", "/load")
+                if json.loads(conn.getresponse().read())["server_load"] > 0:
+                    return
+            finally:
+                conn.close()
+            time.sleep(0.02)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def world(tmp_path):
+    wheels = sorted(f for f in os.listdir(WHEELHOUSE) if f.startswith("prometheus_client-") and f.endswith(".whl")) \
+        if os.path.isdir(WHEELHOUSE) else []
+    if not wheels:
+        pytest.skip("no prometheus_client wheel in %s (set GPUFLEET_WHEELHOUSE)" % WHEELHOUSE)
+    # the tools venv the metrics are read with (fleet_tools_venv): prometheus_client from the wheelhouse
+    tools = tmp_path / "tools"
+    site = tools / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
+    site.mkdir(parents=True)
+    with zipfile.ZipFile(os.path.join(WHEELHOUSE, wheels[-1])) as archive:
+        archive.extractall(str(site))
+    # the host: the vLLM stand-in, 20 tokens/s per stream
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 4096}))
+    port = free_port()
+    environ = dict(os.environ, FAKE_NVML_STATE=str(tmp_path / "nvml" / "state"), VLLM_STANDIN_LOAD_SECONDS="0.1",
+                   VLLM_STANDIN_TTFT_SECONDS="0.01", VLLM_STANDIN_RELEASE_SECONDS="0", VLLM_STANDIN_VRAM_MIB="0",
+                   VLLM_STANDIN_TOKENS_PER_SECOND=str(TOKENS_PER_SECOND))
+    environ.pop("CUDA_VISIBLE_DEVICES", None)
+    log = open(str(tmp_path / "standin.log"), "w")
+    standin = subprocess.Popen([sys.executable, STANDIN, "serve", str(model), "--host", "127.0.0.1", "--port",
+                                str(port), "--served-model-name", "sim-model"],
+                               env=environ, stdout=log, stderr=subprocess.STDOUT)
+    balancer = None
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert standin.poll() is None and time.monotonic() < deadline, "the stand-in did not start"
+                time.sleep(0.05)
+        balancer = FakeBalancer(port)
+        yield {"tmp": tmp_path, "tools": str(tools), "metrics": "http://127.0.0.1:%d/metrics" % port,
+               "balancer": balancer}
+    finally:
+        if balancer is not None:
+            balancer.close()
+        standin.kill()
+        standin.wait(timeout=30)
+        log.close()
+
+
+SETTINGS = """\
+    fleet_tools_venv: {tools}
+    balancer_type: hook
+    balancer_take_out_tasks: {example}/take_out.yml
+    balancer_put_back_tasks: {example}/put_back.yml
+    balancer_query_tasks: {example}/query.yml
+    balancer_hook_api_url: {url}
+    balancer_hook_api_token: {token}
+    balancer_hook_poll_interval: 0.2
+    balancer_metrics_url: {metrics}
+    balancer_drain_interval: 0.2
+    balancer_drain_timeout: 30
+    balancer_up_timeout: 10
+"""
+
+# (run with --check: the role and the example read ansible_check_mode, which only --check sets)
+CHECK_PLAYS = """
+- name: Check mode
+  hosts: localhost
+  gather_facts: false
+  vars: &settings
+{settings}  tasks:
+    - name: Mark
+      ansible.builtin.uri: {{url: "{mark}/check-mode", method: POST}}
+      check_mode: false
+    - name: Check, take out, put back
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+        - name: Put the host back
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: put_back}}
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'check_mode_result': balancer_result}}) }}}}"
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'check_mode': ansible_failed_result.msg}}) }}}}"
+    - name: Mark
+      ansible.builtin.uri: {{url: "{mark}/check-mode-end", method: POST}}
+      check_mode: false
+"""
+
+PLAYS = """
+- name: The pre-flight, a host the balancer does not know
+  hosts: localhost
+  gather_facts: false
+  vars: &settings
+{settings}
+  tasks:
+    - name: Check
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.balancer
+            tasks_from: check
+          vars:
+            balancer_server: ghost
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'unknown': ansible_failed_result.msg}}) }}}}"
+
+- name: The pre-flight, a put-back task file that is not there
+  hosts: localhost
+  gather_facts: false
+  vars: *settings
+  tasks:
+    - name: Check
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.balancer
+            tasks_from: check
+          vars:
+            balancer_put_back_tasks: {example}/gone.yml
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'missing': ansible_failed_result.msg}}) }}}}"
+
+- name: The pre-flight, a token the balancer API refuses
+  hosts: localhost
+  gather_facts: false
+  vars: *settings
+  tasks:
+    - name: Check
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.balancer
+            tasks_from: check
+          vars:
+            balancer_hook_api_token: not-the-token
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'refused': ansible_failed_result.msg}}) }}}}"
+
+- name: Take out with a stream in flight, then put back
+  hosts: localhost
+  gather_facts: false
+  vars: *settings
+  tasks:
+    - name: Check, take out, put back
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Start a stream on the host with the drain
+          ansible.builtin.uri: {{url: "{mark}/stream-60", method: POST}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'taken_out': balancer_result}}) }}}}"
+        - name: Mark
+          ansible.builtin.uri: {{url: "{mark}/put-back", method: POST}}
+        - name: Put the host back
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: put_back}}
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'put_back': balancer_result}}) }}}}"
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'rollout': ansible_failed_result.msg}}) }}}}"
+
+- name: A drain that times out (balancer_drain_on_timeout fail)
+  hosts: localhost
+  gather_facts: false
+  vars: *settings
+  tasks:
+    - name: Check and take out
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Start a long stream on the host with the drain
+          ansible.builtin.uri: {{url: "{mark}/stream-100", method: POST}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+          vars:
+            balancer_drain_timeout: 1
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'timeout': ansible_failed_result.msg,
+                                               'timeout_task': ansible_failed_task.name,
+                                               'timeout_result': balancer_result}}) }}}}"
+"""
+
+WRITE = """
+- name: Write the errors
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Errors
+      ansible.builtin.copy:
+        content: "{{{{ errors | default({{}}) | to_json }}}}"
+        dest: {out}
+        mode: "0600"
+      check_mode: false
+"""
+
+
+def run_plays(plays, tmp, name, check=False):
+    """ansible-playbook on localhost with this checkout's collection: (the errors fact, the output)."""
+    out = os.path.join(tmp, name + ".json")
+    playbook = os.path.join(tmp, name + ".yml")
+    with open(playbook, "w") as handle:
+        handle.write("---\n" + plays + WRITE.format(out=json.dumps(out)))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
+                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, "-vvv"] + (["--check"] if check else []) + [playbook],
+                          env=env, capture_output=True, text=True, timeout=240, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    with open(out, encoding="utf-8") as handle:
+        return json.load(handle), output
+
+
+def puts(calls):
+    return [(c["path"].rsplit("/", 1)[1], c["body"]["state"]) for c in calls if c["method"] == "PUT"]
+
+
+def test_the_hook_example_takes_out_drains_and_puts_back(world):
+    balancer = world["balancer"]
+    settings = SETTINGS.format(tools=json.dumps(world["tools"]), example=EXAMPLE, url=balancer.url, token=TOKEN,
+                               metrics=json.dumps(world["metrics"]))
+    started = time.time()
+    checked, check_output = run_plays(CHECK_PLAYS.format(settings=settings, mark=balancer.mark), str(world["tmp"]),
+                                      "check", check=True)
+    errors, output = run_plays(PLAYS.format(settings=settings, mark=balancer.mark, example=EXAMPLE),
+                               str(world["tmp"]), "plays")
+    elapsed = time.time() - started
+    calls = balancer.calls
+    marks = [c["path"].split("/")[-1] for c in calls if "/_mark/" in c["path"]]
+    assert marks == ["check-mode", "check-mode-end", "stream-60", "put-back", "stream-100"]
+
+    def between(first, second):
+        paths = [c["path"] for c in calls]
+        start = paths.index([p for p in paths if p.endswith("/_mark/" + first)][0])
+        end = paths.index([p for p in paths if p.endswith("/_mark/" + second)][0]) if second else len(calls)
+        return calls[start + 1:end]
+
+    # the pre-flight: a host the API does not know, and a task file that is not there
+    # (the role's sentence names the server, what the backend has, and that nothing was touched)
+    assert errors["unknown"].startswith("The balancer's backend vllm has no server named ghost (")
+    assert "it has: localhost, other). Nothing was touched. Set balancer_server for th" in errors["unknown"]
+    assert errors["missing"].startswith(
+        "balancer_type hook needs balancer_take_out_tasks and balancer_put_back_tasks (and, optional, "
+        "balancer_query_tasks) as absolute paths of task files on the control node;")
+    assert "put-back '%s/gone.yml'" % EXAMPLE in errors["missing"]
+    assert errors["refused"] == (
+        "The balancer API at %s (asked from localhost) did not list the servers of backend vllm: it refused the "
+        "request (HTTP 401): check balancer_hook_api_token. This step took no host out of rotation and stopped none."
+        % balancer.url)
+
+    # check mode: the API is read, nothing is sent to it
+    assert "check_mode" not in checked, checked.get("check_mode")
+    assert checked["check_mode_result"]["taken_out"] is False
+    in_check = between("check-mode", "check-mode-end")
+    assert in_check and all(c["method"] == "GET" for c in in_check)
+
+    # take_out: drain at the API, then the role waited for the stream in flight
+    assert "rollout" not in errors, errors.get("rollout")
+    taken = errors["taken_out"]
+    stream = balancer.streams["stream-60"]
+    assert stream["ended"] is not None
+    assert puts(between("stream-60", "put-back")) == [("localhost", "drain")]
+    drain_put = [c for c in between("stream-60", "put-back") if c["method"] == "PUT"][0]
+    remaining = stream["ended"] - drain_put["time"]
+    assert remaining > 1.0, "the stream had ended before the drain began: the test proves nothing"
+    assert taken["taken_out"] is True and taken["drained"] is True and taken["forced"] is False
+    # (out of rotation from just before the take-out's request, not from when the hook's own checks returned)
+    armed = [c for c in calls if c["path"].endswith("/_mark/stream-60")][0]
+    assert armed["time"] < taken["out_at"] <= drain_put["time"]
+    # (the client notes the stream's end a moment after the server's count drops)
+    assert taken["drain_seconds"] >= remaining - 0.2
+    assert taken["out_at"] + taken["drain_seconds"] >= stream["ended"] - 0.2
+    assert taken["inflight_at_stop"] == 0
+
+    # put_back: ready at the API, and it returned only once the API showed the server healthy
+    back = errors["put_back"]
+    after = between("put-back", "stream-100")
+    assert puts(after) == [("localhost", "ready")]
+    ready_put = [c for c in after if c["method"] == "PUT"][0]
+    last_read = [c for c in after if c["method"] == "GET"][-1]
+    assert last_read["time"] >= ready_put["time"] + FakeBalancer.HEALTH_DELAY - 0.05
+    assert back["put_back"] is True
+    assert back["out_of_rotation_seconds"] >= taken["drain_seconds"] + FakeBalancer.HEALTH_DELAY - 0.3
+
+    # the drain that timed out: back to ready at the API, the role's sentence, not stopped
+    assert errors["timeout_task"] == "Fail when the host did not drain in time"
+    assert errors["timeout"].startswith(
+        "localhost did not drain within 1 s (balancer_drain_timeout): 1 request(s) running and 0 waiting in vLLM,")
+    assert "It was put back in rotation and not stopped." in errors["timeout"]
+    assert puts(between("stream-100", None)) == [("localhost", "drain"), ("localhost", "ready")]
+    assert balancer.servers["vllm"]["localhost"]["state"] == "ready"
+    assert "inflight_at_stop" not in errors["timeout_result"] and errors["timeout_result"]["put_back"] is True
+
+    # every API call carried the token, and the token is in no output
+    assert [c["auth"] for c in calls if "/_mark/" not in c["path"] and c["auth"] != "Bearer " + TOKEN] == [
+        "Bearer not-the-token"]
+    assert TOKEN not in output and TOKEN not in check_output
+    assert elapsed < 90, "the plays took %.0f s" % elapsed
