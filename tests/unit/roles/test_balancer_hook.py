@@ -475,3 +475,65 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
         "Bearer not-the-token"]
     assert TOKEN not in output and TOKEN not in check_output
     assert elapsed < 90, "the plays took %.0f s" % elapsed
+
+
+FAILING_TAKE_OUT = """\
+---
+- name: The balancer takes the server out
+  ansible.builtin.copy: {{content: "out", dest: {state}, mode: "0600"}}
+- name: The hook's own wait fails after the request
+  ansible.builtin.fail: {{msg: "the balancer did not confirm in time"}}
+"""
+
+PUT_BACK = """\
+---
+- name: The balancer puts the server back
+  ansible.builtin.copy: {{content: "ready", dest: {state}, mode: "0600"}}
+"""
+
+# (the rescue's condition is rollback_host.yml's)
+FAILED_TAKE_OUT_PLAYS = """
+- name: A take-out that fails after its request reached the balancer
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {take_out}
+    balancer_put_back_tasks: {put_back}
+  tasks:
+    - name: Check, take out
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+      rescue:
+        - name: Keep the result at the failure
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'at_failure': balancer_result}}) }}}}"
+        - name: Put the host back in rotation (as the rollback does)
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: put_back}}
+          when:
+            - balancer_result.taken_out | default(false) | bool
+            - not balancer_result.put_back | default(false) | bool
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'after_rescue': balancer_result}}) }}}}"
+"""
+
+
+def test_a_take_out_that_fails_after_its_request_is_put_back(tmp_path):
+    """A take-out whose request reached the balancer and then failed (a hook's own wait, or HAProxy's answer lost
+    after the set) counts as taken out: the rescue puts the host back, not leaves it out of rotation unnoticed."""
+    state = tmp_path / "state"
+    state.write_text("ready")
+    take_out = tmp_path / "take_out.yml"
+    take_out.write_text(FAILING_TAKE_OUT.format(state=json.dumps(str(state))))
+    put_back = tmp_path / "put_back.yml"
+    put_back.write_text(PUT_BACK.format(state=json.dumps(str(state))))
+    errors, _output = run_plays(FAILED_TAKE_OUT_PLAYS.format(take_out=take_out, put_back=put_back), str(tmp_path),
+                                "failed_take_out")
+    assert errors["at_failure"]["taken_out"] is True
+    assert isinstance(errors["at_failure"]["out_at"], float)
+    assert errors["after_rescue"]["put_back"] is True
+    assert state.read_text() == "ready"
