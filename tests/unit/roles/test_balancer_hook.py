@@ -537,3 +537,50 @@ def test_a_take_out_that_fails_after_its_request_is_put_back(tmp_path):
     assert isinstance(errors["at_failure"]["out_at"], float)
     assert errors["after_rescue"]["put_back"] is True
     assert state.read_text() == "ready"
+
+
+TWINS_PLAY = """\
+---
+- name: The pre-flight of three hosts, two with one server name
+  hosts: all
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {hook}
+    balancer_put_back_tasks: {hook}
+  tasks:
+    - name: Check the balancer
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Passed
+          ansible.builtin.copy: {{content: "passed", dest: "{out}/{{{{ inventory_hostname }}}}", mode: "0600"}}
+      rescue:
+        - name: Keep the error
+          ansible.builtin.copy:
+            content: "{{{{ ansible_failed_result.msg }}}}"
+            dest: "{out}/{{{{ inventory_hostname }}}}"
+            mode: "0600"
+"""
+
+
+def test_two_hosts_with_one_server_name_are_refused_before_anything(tmp_path):
+    """Two hosts with the same server name in one backend: the drain of one would take the other's server out (the
+    host stopped still in rotation). The pre-flight refuses both, and only them."""
+    hook = tmp_path / "hook.yml"
+    hook.write_text(PUT_BACK.format(state=json.dumps(str(tmp_path / "state"))))
+    (tmp_path / "inventory").write_text("h1 balancer_server=s1\nh2 balancer_server=s1\nh3\n")
+    playbook = tmp_path / "twins.yml"
+    playbook.write_text(TWINS_PLAY.format(hook=hook, out=tmp_path))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "inventory"), "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                           str(playbook)], env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert (tmp_path / "h1").read_text() == (
+        "h1 and h2 have the same server name s1 in backend vllm: draining one would take the other's server out of "
+        "rotation. Nothing was touched. Give each host its own balancer_server, then run again.")
+    assert (tmp_path / "h2").read_text().startswith("h2 and h1 have the same server name s1 in backend vllm")
+    assert (tmp_path / "h3").read_text() == "passed"
+    assert not (tmp_path / "state").exists()
