@@ -584,3 +584,40 @@ def test_two_hosts_with_one_server_name_are_refused_before_anything(tmp_path):
     assert (tmp_path / "h2").read_text().startswith("h2 and h1 have the same server name s1 in backend vllm")
     assert (tmp_path / "h3").read_text() == "passed"
     assert not (tmp_path / "state").exists()
+
+
+PORT_PLAYS = """
+- name: Take out a host whose server listens on another port than 8000 (service_port)
+  hosts: localhost
+  gather_facts: false
+  vars:
+{settings}
+    service_port: {port}
+  tasks:
+    - name: Check and take out
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'taken_out': balancer_result}}) }}}}"
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'failed': ansible_failed_result.msg}}) }}}}"
+"""
+
+
+def test_the_drain_reads_the_metrics_of_the_service_port(world):
+    """Without balancer_metrics_url the drain reads the page of the port the server listens on (service_port), not
+    a fixed 8000 (another server's, or nothing)."""
+    balancer = world["balancer"]
+    settings = "\n".join(line for line in SETTINGS.format(
+        tools=json.dumps(world["tools"]), example=EXAMPLE, url=balancer.url, token=TOKEN,
+        metrics='""').splitlines() if "balancer_metrics_url" not in line)
+    port = int(world["metrics"].rsplit(":", 1)[1].split("/")[0])
+    errors, _output = run_plays(PORT_PLAYS.format(settings=settings, port=port), str(world["tmp"]), "port")
+    assert "failed" not in errors, errors.get("failed")
+    assert errors["taken_out"]["drained"] is True and errors["taken_out"]["inflight_at_stop"] == 0
