@@ -38,8 +38,11 @@ def listed(selection):
             PUT_BACK: PUT_BACK in names}
 
 
-@pytest.mark.parametrize("selection", [[]] + [[how, tag] for how in ("--tags", "--skip-tags")
-                                               for tag in ("balancer", "service", "reinstall", "integrity")])
+SELECTIONS = [[]] + [[how, tag] for how in ("--tags", "--skip-tags") for tag in ("balancer", "service", "reinstall",
+                                                                                  "integrity")]
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
 def test_the_stop_never_runs_without_the_take_out_and_the_put_back(selection):
     runs = listed(selection)
     if not selection:
