@@ -38,8 +38,8 @@ def listed(selection):
             PUT_BACK: PUT_BACK in names}
 
 
-SELECTIONS = [[]] + [[how, tag] for how in ("--tags", "--skip-tags") for tag in ("balancer", "service", "reinstall",
-                                                                                  "integrity")]
+TAGS = ("balancer", "service", "reinstall", "integrity")
+SELECTIONS = [[]] + [[how, tag] for how in ("--tags", "--skip-tags") for tag in TAGS]
 
 
 @pytest.mark.parametrize("selection", SELECTIONS)
