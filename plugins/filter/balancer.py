@@ -67,10 +67,13 @@ def balancer_capacity(servers, leaving, min_in_service):
         raise AnsibleFilterError("balancer_capacity: min_in_service must be a number, got %r" % (min_in_service,))
     if minimum < 0:
         raise AnsibleFilterError("balancer_capacity: min_in_service must be 0 or more, got %d" % minimum)
-    serving = [s["name"] for s in servers if s.get("serving")]
+    # (a backup server gets requests only once no active server is up: it does not count as serving; a "sorry"
+    # server that answers every request with an error page is a backup too)
+    serving = [s["name"] for s in servers if s.get("serving") and not s.get("backup")]
     after = [name for name in serving if name not in leaving]
     ok = len(after) >= minimum
     out = ["%s is already out of rotation (%s)" % (s["name"], _why_out(s)) for s in servers if not s.get("serving")]
+    out.extend("%s is a backup server (not counted)" % s["name"] for s in servers if s.get("serving") and s.get("backup"))
     what = ", ".join(leaving) if leaving else "no server"
     remaining = "%s serving (%s)" % (_plural(len(after)), ", ".join(after)) if after else "no server serving"
     if ok:

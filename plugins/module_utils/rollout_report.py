@@ -134,7 +134,8 @@ def balancer_line(rows):
                 "send them requests.")
     out = [row for row in rows if row.get("drain_s") is not None]
     cut = [row for row in out if as_int(row.get("inflight_at_stop")) > 0]
-    left_out = [row for row in out if row.get("back_in_rotation") is False]
+    # (a host whose take-out failed midway has no drain time, and may still be out)
+    left_out = [row for row in rows if row.get("back_in_rotation") is False]
     text = "Load balancer (%s): %d host(s) taken out of rotation and drained before the stop" % (
         one_line_list([kind for kind in kinds if kind != "none"]), len(out))
     text += "; requests in flight at the stop: %s" % (

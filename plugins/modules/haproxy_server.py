@@ -316,11 +316,13 @@ def main():
         servers = backend_servers(path, backend, rtimeout)
         return servers, (find(servers, backend, name, path) if name is not None else {})
 
+    sent = False
     try:
         servers, previous = read()
         changed = state != "query" and previous["admin"] != state
         if changed and not module.check_mode:
             set_admin(path, backend, name, state, rtimeout)
+            sent = True
             servers, current = read()
         else:
             current = predicted(previous, state) if changed else previous
@@ -330,7 +332,9 @@ def main():
             done = settled_up if state == "ready" else no_sessions
             servers, current, waited, timed_out = wait_for(read, done, params["timeout"], params["interval"])
     except HaproxyError as exc:
-        module.fail_json(msg=str(exc), error_kind=exc.kind, changed=False, **base)
+        # (a failure after the set: the server's state did change, and the operator must know it)
+        msg = str(exc) if not sent else "%s; %s/%s was set to %s before that" % (exc, backend, name, state)
+        module.fail_json(msg=msg, error_kind=exc.kind, changed=sent, **base)
 
     result = dict(check_mode=base["check_mode"], changed=changed, servers=servers,
                   serving=sum(1 for s in servers if s["serving"]), server=current, previous=previous, waited=waited,

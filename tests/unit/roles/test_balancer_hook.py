@@ -475,3 +475,149 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
         "Bearer not-the-token"]
     assert TOKEN not in output and TOKEN not in check_output
     assert elapsed < 90, "the plays took %.0f s" % elapsed
+
+
+FAILING_TAKE_OUT = """\
+---
+- name: The balancer takes the server out
+  ansible.builtin.copy: {{content: "out", dest: {state}, mode: "0600"}}
+- name: The hook's own wait fails after the request
+  ansible.builtin.fail: {{msg: "the balancer did not confirm in time"}}
+"""
+
+PUT_BACK = """\
+---
+- name: The balancer puts the server back
+  ansible.builtin.copy: {{content: "ready", dest: {state}, mode: "0600"}}
+"""
+
+# (the rescue's condition is rollback_host.yml's)
+FAILED_TAKE_OUT_PLAYS = """
+- name: A take-out that fails after its request reached the balancer
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {take_out}
+    balancer_put_back_tasks: {put_back}
+  tasks:
+    - name: Check, take out
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+      rescue:
+        - name: Keep the result at the failure
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'at_failure': balancer_result}}) }}}}"
+        - name: Put the host back in rotation (as the rollback does)
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: put_back}}
+          when:
+            - balancer_result.taken_out | default(false) | bool
+            - not balancer_result.put_back | default(false) | bool
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'after_rescue': balancer_result}}) }}}}"
+"""
+
+
+def test_a_take_out_that_fails_after_its_request_is_put_back(tmp_path):
+    """A take-out whose request reached the balancer and then failed (a hook's own wait, or HAProxy's answer lost
+    after the set) counts as taken out: the rescue puts the host back, not leaves it out of rotation unnoticed."""
+    state = tmp_path / "state"
+    state.write_text("ready")
+    take_out = tmp_path / "take_out.yml"
+    take_out.write_text(FAILING_TAKE_OUT.format(state=json.dumps(str(state))))
+    put_back = tmp_path / "put_back.yml"
+    put_back.write_text(PUT_BACK.format(state=json.dumps(str(state))))
+    errors, _output = run_plays(FAILED_TAKE_OUT_PLAYS.format(take_out=take_out, put_back=put_back), str(tmp_path),
+                                "failed_take_out")
+    assert errors["at_failure"]["taken_out"] is True
+    assert isinstance(errors["at_failure"]["out_at"], float)
+    assert errors["after_rescue"]["put_back"] is True
+    assert state.read_text() == "ready"
+
+
+TWINS_PLAY = """\
+---
+- name: The pre-flight of three hosts, two with one server name
+  hosts: all
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {hook}
+    balancer_put_back_tasks: {hook}
+  tasks:
+    - name: Check the balancer
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Passed
+          ansible.builtin.copy: {{content: "passed", dest: "{out}/{{{{ inventory_hostname }}}}", mode: "0600"}}
+      rescue:
+        - name: Keep the error
+          ansible.builtin.copy:
+            content: "{{{{ ansible_failed_result.msg }}}}"
+            dest: "{out}/{{{{ inventory_hostname }}}}"
+            mode: "0600"
+"""
+
+
+def test_two_hosts_with_one_server_name_are_refused_before_anything(tmp_path):
+    """Two hosts with the same server name in one backend: the drain of one would take the other's server out (the
+    host stopped still in rotation). The pre-flight refuses both, and only them."""
+    hook = tmp_path / "hook.yml"
+    hook.write_text(PUT_BACK.format(state=json.dumps(str(tmp_path / "state"))))
+    (tmp_path / "inventory").write_text("h1 balancer_server=s1\nh2 balancer_server=s1\nh3\n")
+    playbook = tmp_path / "twins.yml"
+    playbook.write_text(TWINS_PLAY.format(hook=hook, out=tmp_path))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i",
+                           str(tmp_path / "inventory"), "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable,
+                           str(playbook)], env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert (tmp_path / "h1").read_text() == (
+        "h1 and h2 have the same server name s1 in backend vllm: draining one would take the other's server out of "
+        "rotation. Nothing was touched. Give each host its own balancer_server, then run again.")
+    assert (tmp_path / "h2").read_text().startswith("h2 and h1 have the same server name s1 in backend vllm")
+    assert (tmp_path / "h3").read_text() == "passed"
+    assert not (tmp_path / "state").exists()
+
+
+PORT_PLAYS = """
+- name: Take out a host whose server listens on another port than 8000 (service_port)
+  hosts: localhost
+  gather_facts: false
+  vars:
+{settings}
+    service_port: {port}
+  tasks:
+    - name: Check and take out
+      block:
+        - name: Check the balancer
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+        - name: Keep the result
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'taken_out': balancer_result}}) }}}}"
+      rescue:
+        - name: Keep the error
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'failed': ansible_failed_result.msg}}) }}}}"
+"""
+
+
+def test_the_drain_reads_the_metrics_of_the_service_port(world):
+    """Without balancer_metrics_url the drain reads the page of the port the server listens on (service_port), not
+    a fixed 8000 (another server's, or nothing)."""
+    balancer = world["balancer"]
+    settings = "\n".join(line for line in SETTINGS.format(
+        tools=json.dumps(world["tools"]), example=EXAMPLE, url=balancer.url, token=TOKEN,
+        metrics='""').splitlines() if "balancer_metrics_url" not in line)
+    port = int(world["metrics"].rsplit(":", 1)[1].split("/")[0])
+    errors, _output = run_plays(PORT_PLAYS.format(settings=settings, port=port), str(world["tmp"]), "port")
+    assert "failed" not in errors, errors.get("failed")
+    assert errors["taken_out"]["drained"] is True and errors["taken_out"]["inflight_at_stop"] == 0

@@ -73,3 +73,14 @@ def test_capacity_refuses_bad_input(servers, leaving, minimum):
 def test_unknown_refuses_a_string():
     with pytest.raises(AnsibleFilterError):
         balancer_unknown(SERVERS, "rollout-1")
+
+
+def test_capacity_does_not_count_a_backup_server():
+    # HAProxy sends a backup server requests only once no active server is up (often a "sorry" page): a batch that
+    # takes every active server out leaves nothing serving, whatever the backups
+    sorry = dict(server("sorry"), backup=True)
+    got = balancer_capacity([server("a"), server("b"), sorry], ["a", "b"], 1)
+    assert not got["ok"] and got["serving_now"] == 2 and got["serving_after"] == 0
+    assert got["msg"] == ("taking a, b out would leave no server serving, fewer than rollout_min_in_service (1); "
+                          "sorry is a backup server (not counted)")
+    assert balancer_capacity([server("a"), server("b"), sorry], ["a"], 1)["ok"]

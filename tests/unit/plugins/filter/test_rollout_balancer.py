@@ -70,3 +70,11 @@ def test_a_host_whose_rollback_never_reached_its_cutover_does_not_go_back():
     stuck = {"rollout_failed": True, "rollout_reached": {"stopped": True, "link_moved": True},
              "rollout_cutover": FORWARD, "service_result": FORWARD}
     assert rollout_serves_again(stuck) is False
+
+
+def test_a_host_whose_take_out_failed_midway_and_stayed_out_is_named_in_the_summary():
+    # the take-out's request failed after the balancer took the host out (no drain time), the put-back failed too
+    midway = {"type": "haproxy", "taken_out": True, "out_at": 1796500000.0}
+    row = rollout_rows(["gpu-a05"], {"gpu-a05": facts("gpu-a05", balancer_result=midway)})[0]
+    assert row["drain_s"] is None and row["back_in_rotation"] is False
+    assert "NOT back in rotation: gpu-a05" in rollout_report.balancer_line([row])

@@ -252,3 +252,26 @@ def test_options_are_bounded(tmp_path, run):
     assert rc == 1 and out["error_kind"] == "options"
     for part in ("absolute path", "needs a server", "timeout must be", "interval must be", "request_timeout must be"):
         assert part in out["msg"]
+
+
+def test_a_failure_after_the_set_says_the_state_changed(world, run, monkeypatch):
+    # HAProxy took the drain, then the read after it failed: the result must not say nothing changed
+    real = haproxy_server.backend_servers
+    reads = []
+
+    def flaky(*a, **kw):
+        reads.append(1)
+        if len(reads) > 1:
+            raise haproxy_server.HaproxyError("HAProxy at %s did not answer `show stat` within 5.0 s" % a[0],
+                                              "timeout")
+        return real(*a, **kw)
+    monkeypatch.setattr(haproxy_server, "backend_servers", flaky)
+    rc, out = run(args(world, server="rollout-1", state="drain"))
+    assert rc == 1 and out["error_kind"] == "timeout"
+    assert world.admin_bits("rollout-1") & DRAIN_BIT
+    assert out["changed"] is True
+    assert out["msg"].endswith("; vllm/rollout-1 was set to drain before that")
+    # a failure before anything was sent changes nothing
+    reads[:] = [1]
+    rc, out = run(args(world, server="rollout-2", state="drain"))
+    assert rc == 1 and out["changed"] is False and "was set to" not in out["msg"]
