@@ -275,7 +275,7 @@ def _balancer_cells(facts):
     result = _get(facts, "balancer_result", {}) or {}
     if not isinstance(result, dict) or not result.get("type"):
         return {"balancer": None, "drain_s": None, "inflight_at_stop": None, "out_of_rotation_s": None,
-                "back_in_rotation": None}
+                "back_in_rotation": None, "was_out": None}
     inflight = result.get("inflight_at_stop")
     try:
         inflight = int(inflight) if inflight is not None else None
@@ -287,6 +287,8 @@ def _balancer_cells(facts):
         "inflight_at_stop": inflight,
         "out_of_rotation_s": _num_or_none(result.get("out_of_rotation_seconds")),
         "back_in_rotation": bool(result.get("put_back")) if result.get("taken_out") else None,
+        # the operator had it in maintenance before: restarted without a drain, left there
+        "was_out": True if result.get("was_out") else None,
     }
 
 

@@ -246,6 +246,8 @@ def host_line(row):
         parts.append("downtime %s s" % downtime)
     if row.get("drain_s") is not None:
         parts.append("drained %s s, %s in flight at the stop" % (_num(row["drain_s"], "%.1f"), as_int(row.get("inflight_at_stop"))))
+    if row.get("was_out"):
+        parts.append("out of rotation before the rollout (left in maintenance)")
     if row.get("out_of_rotation_s") is not None:
         parts.append("out of rotation %s s" % _num(row["out_of_rotation_s"], "%.1f"))
     elif row.get("back_in_rotation") is False:

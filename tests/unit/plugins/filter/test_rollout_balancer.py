@@ -78,3 +78,11 @@ def test_a_host_whose_take_out_failed_midway_and_stayed_out_is_named_in_the_summ
     row = rollout_rows(["gpu-a05"], {"gpu-a05": facts("gpu-a05", balancer_result=midway)})[0]
     assert row["drain_s"] is None and row["back_in_rotation"] is False
     assert "NOT back in rotation: gpu-a05" in rollout_report.balancer_line([row])
+
+
+def test_a_host_the_operator_had_taken_out_says_so_and_is_not_called_left_out():
+    before = {"type": "haproxy", "taken_out": False, "was_out": True}
+    row = rollout_rows(["gpu-a01"], {"gpu-a01": facts("gpu-a01", balancer_result=before)})[0]
+    assert row["was_out"] is True and row["back_in_rotation"] is None and row["drain_s"] is None
+    assert "out of rotation before the rollout (left in maintenance)" in rollout_line(row)
+    assert "NOT back in rotation" not in rollout_report.balancer_line([row])
