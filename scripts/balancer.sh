@@ -10,6 +10,8 @@
 #                                              backend `vllm`
 #   scripts/balancer.sh down                   stop it
 #   scripts/balancer.sh status                 the backend's servers
+#   scripts/balancer.sh wait [SECONDS]         until every server serves
+#                                              (default 180 s)
 # Clients use $GPUFLEET_LB_URL (http://127.0.0.1:$GPUFLEET_LB_PORT, 127.0.0.1
 # only); the rollout drains a host through the runtime API socket
 # $GPUFLEET_LB_SOCKET (module gpufleet.vllm.haproxy_server). Its pid file and
@@ -125,9 +127,29 @@ print("%d of %d serving" % (sum(1 for s in servers if s["serving"]), len(servers
 PYEOF
 }
 
+# every server of the backend serving (HAProxy's health check sees it up),
+# within SECONDS (default 180): the hosts load their model after a start
+wait_serving() {
+  local limit="${1:-180}" i out
+  [[ "$limit" =~ ^[1-9][0-9]{0,3}$ ]] || die "balancer.sh wait SECONDS: 1 to 9999 seconds, not '$limit'"
+  running_pid >/dev/null || die "the balancer is not running (scripts/balancer.sh up NAME1 NAME2 NAME3)"
+  for ((i = 0; i < limit; i++)); do
+    out="$(status 2>&1 || true)"
+    if [[ "$(tail -n 1 <<<"$out")" =~ ^([0-9]+)\ of\ ([0-9]+)\ serving$ ]] \
+       && ((BASH_REMATCH[2] > 0 && BASH_REMATCH[1] == BASH_REMATCH[2])); then
+      log "balancer: ${BASH_REMATCH[1]} of ${BASH_REMATCH[2]} servers serving"
+      return 0
+    fi
+    sleep 1
+  done
+  printf '%s\n' "$out" >&2
+  die "not every server of the balancer serves after $limit s (above): are the simulated hosts' servers up?"
+}
+
 case "${1:-}" in
   up) shift; up "$@" ;;
   down) down ;;
   status) status ;;
-  *) die "usage: balancer.sh up NAME1 NAME2 NAME3 | down | status" ;;
+  wait) shift; wait_serving "$@" ;;
+  *) die "usage: balancer.sh up NAME1 NAME2 NAME3 | down | status | wait [SECONDS]" ;;
 esac

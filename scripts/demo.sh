@@ -46,6 +46,8 @@ fi
 # hosts new addresses.
 "$REPO_ROOT/scripts/balancer.sh" down >/dev/null 2>&1 || true
 "$REPO_ROOT/scripts/balancer.sh" up sim-gpu-1 sim-gpu-2 sim-gpu-3
+# (fresh hosts load their model first: the clients start once all serve)
+"$REPO_ROOT/scripts/balancer.sh" wait 180
 
 # clients during the whole rollout: streaming completions through the
 # balancer, every request recorded (tests/sim/traffic.py; it stops by itself

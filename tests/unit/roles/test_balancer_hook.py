@@ -621,3 +621,27 @@ def test_the_drain_reads_the_metrics_of_the_service_port(world):
     errors, _output = run_plays(PORT_PLAYS.format(settings=settings, port=port), str(world["tmp"]), "port")
     assert "failed" not in errors, errors.get("failed")
     assert errors["taken_out"]["drained"] is True and errors["taken_out"]["inflight_at_stop"] == 0
+
+
+NONE_PLAYS = """\
+- name: The role's entry points without a balancer
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: none
+  tasks:
+    - name: Check the balancer
+      ansible.builtin.include_role: {name: gpufleet.vllm.balancer, tasks_from: check}
+    - name: Take the host out
+      ansible.builtin.include_role: {name: gpufleet.vllm.balancer, tasks_from: take_out}
+    - name: Keep the result
+      ansible.builtin.set_fact:
+        errors: "{{ {'result': balancer_result} }}"
+"""
+
+
+def test_without_a_balancer_the_pre_flight_says_so_and_the_take_out_only_notes_it(tmp_path):
+    # (a regression: the pre-flight read balancer_known, which only a balancer sets, and failed on every host)
+    errors, output = run_plays(NONE_PLAYS, str(tmp_path), "none")
+    assert errors["result"] == {"type": "none", "taken_out": False}
+    assert "No load balancer configured (balancer_type none)" in output
