@@ -12,7 +12,8 @@
  * process names.  Every call re-reads the state file (format: state.py next
  * to this file), so a change made by `state.py set/claim/release` shows in the
  * next call of any process.  Processes whose PID is not alive (or a zombie)
- * are ignored, as the real driver frees a dead process's memory.
+ * are ignored, as the real driver frees a dead process's memory; memory the
+ * driver has not given back yet (held_mib until held_until) counts as used.
  *
  * Struct layouts follow nvml.h and pynvml's ctypes definitions.  Only the
  * symbols below are exported (built with -fvisibility=hidden); pynvml raises
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NVML_API __attribute__((visibility("default")))
@@ -192,6 +194,8 @@ typedef struct {
     unsigned int domain, bus, device;
     unsigned int pci_device_id;
     unsigned long long total_mib, base_used_mib, reserved_mib;
+    unsigned long long held_mib; /* used with no process until held_until */
+    long long held_until;        /* Unix time, seconds */
     int cc_major, cc_minor;
     nvmlReturn_t error; /* returned by every query on this GPU's handle */
     int nprocs;
@@ -365,6 +369,10 @@ static void set_gpu_key(gpu_t *g, const char *key, const char *value)
         g->base_used_mib = parse_ull(value, g->base_used_mib);
     else if (strcmp(key, "reserved_mib") == 0)
         g->reserved_mib = parse_ull(value, g->reserved_mib);
+    else if (strcmp(key, "held_mib") == 0)
+        g->held_mib = parse_ull(value, g->held_mib);
+    else if (strcmp(key, "held_until") == 0)
+        g->held_until = (long long)parse_ull(value, (unsigned long long)g->held_until);
     else if (strcmp(key, "cc") == 0)
         parse_cc(value, &g->cc_major, &g->cc_minor);
     else if (strcmp(key, "lost") == 0) {
@@ -540,6 +548,9 @@ static void memory_of(const gpu_t *g, unsigned long long *total, unsigned long l
     int n;
     unsigned long long u = g->base_used_mib;
     unsigned long long r = g->reserved_mib;
+    /* memory the driver has not given back yet, no process listed (a teardown that takes time) */
+    if (g->held_mib && (long long)time(NULL) < g->held_until)
+        u += g->held_mib;
     live_procs(g, procs, &n);
     for (int i = 0; i < n; i++)
         u += procs[i].mib;

@@ -42,6 +42,10 @@ Per-GPU keys (``i`` from 0 to gpu_count-1) override the defaults::
     gpu.<i>.cc=12.0
     gpu.<i>.base_used_mib=0
     gpu.<i>.reserved_mib=0
+    gpu.<i>.held_mib=0             memory the driver has not given back yet:
+    gpu.<i>.held_until=0           counted as used, with no process listed,
+                                   until the Unix time held_until (seconds),
+                                   as a slow teardown after a server exits
     gpu.<i>.lost=1                 every query on this GPU's handle returns
                                    NVML_ERROR_GPU_IS_LOST
     gpu.<i>.error=NO_PERMISSION    every query on this GPU's handle returns
@@ -51,7 +55,8 @@ Per-GPU keys (``i`` from 0 to gpu_count-1) override the defaults::
                                    not alive is ignored (as the driver frees
                                    a dead process's memory)
 
-Memory used on a GPU = base_used_mib + the MiB of its live processes,
+Memory used on a GPU = base_used_mib + held_mib (before held_until) + the
+MiB of its live processes,
 capped at total_mib - reserved_mib; free = total - reserved - used.
 nvmlDeviceGetMemoryInfo_v2 returns used and reserved apart,
 nvmlDeviceGetMemoryInfo (v1) returns used + reserved as used.  A process
@@ -71,13 +76,16 @@ Command line (used by tests and the simulated hosts)::
     state.py unset KEY [KEY ...]
     state.py claim --pid PID --mib MIB [--gpus 0,1,...]
     state.py release --pid PID
+    state.py hold --mib MIB --seconds N [--gpus 0,1,...]
 """
 
 import argparse
 import fcntl
+import math
 import os
 import sys
 import tempfile
+import time
 
 DEFAULT_PATH = "/var/lib/fake-nvml/state"
 
@@ -207,6 +215,19 @@ def release(pid, path=None):
     return update_state(mutate, path)
 
 
+def hold(mib, seconds, gpus=None, path=None, now=None):
+    """The driver keeps MIB MiB on each listed GPU (default: all) for SECONDS from now, with no process."""
+    until = int(math.ceil((time.time() if now is None else now) + seconds))
+
+    def mutate(data):
+        indices = gpus if gpus is not None else range(gpu_count(data))
+        for i in indices:
+            data["gpu.%d.held_mib" % i] = str(int(mib))
+            data["gpu.%d.held_until" % i] = str(until)
+
+    return update_state(mutate, path)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--state", help="state file (default: $FAKE_NVML_STATE or %s)" % DEFAULT_PATH)
@@ -222,6 +243,10 @@ def main(argv=None):
     p_claim.add_argument("--gpus", help="comma-separated indices (default: all)")
     p_release = sub.add_parser("release")
     p_release.add_argument("--pid", type=int, required=True)
+    p_hold = sub.add_parser("hold")
+    p_hold.add_argument("--mib", type=int, required=True)
+    p_hold.add_argument("--seconds", type=float, required=True)
+    p_hold.add_argument("--gpus", help="comma-separated indices (default: all)")
     args = parser.parse_args(argv)
 
     if args.cmd == "show":
@@ -241,6 +266,11 @@ def main(argv=None):
         claim(args.pid, args.mib, gpus, args.state)
     elif args.cmd == "release":
         release(args.pid, args.state)
+    elif args.cmd == "hold":
+        if args.mib < 0 or not 0 <= args.seconds <= 86400:
+            parser.error("--mib must be at least 0 and --seconds from 0 to 86400")
+        gpus = [int(x) for x in args.gpus.split(",")] if args.gpus else None
+        hold(args.mib, args.seconds, gpus, args.state)
     return 0
 
 

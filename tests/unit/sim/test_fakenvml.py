@@ -287,6 +287,32 @@ def test_zombie_process_is_ignored(lib_dir, state_file):
     assert out["used"] == [0] * 8
 
 
+def test_memory_held_by_the_driver_counts_until_its_time_with_no_process(lib_dir, state_file):
+    # a teardown that takes time: the server is gone, the driver has not given its memory back yet
+    state.hold(60000, 3, [1, 2], state_file)
+    set_state(state_file, gpu__2__held_until=int(time.time()) - 1)  # this one has run out already
+    out = probe(lib_dir, state_file, """
+        n.nvmlInit()
+        out["held"] = [[mem(i)["v2"][2], mem(i)["v1"][1], procs(i)] for i in range(3)]
+        import time
+        time.sleep(4.2)
+        out["after"] = [mem(i)["v2"][2] for i in range(3)]
+    """)
+    assert out["held"] == [[0, 0, []], [60000 * MIB, 60000 * MIB, []], [0, 0, []]]
+    assert out["after"] == [0, 0, 0]
+
+
+def test_state_cli_hold_writes_the_time_it_ends(state_file):
+    before = time.time()
+    assert state.main(["--state", state_file, "hold", "--mib", "5000", "--seconds", "2.5", "--gpus", "0,3"]) == 0
+    data = state.read_state(state_file)
+    assert data["gpu.0.held_mib"] == data["gpu.3.held_mib"] == "5000"
+    assert before + 2.5 <= int(data["gpu.3.held_until"]) <= time.time() + 3.5
+    assert "gpu.1.held_mib" not in data
+    with pytest.raises(SystemExit):
+        state.main(["--state", state_file, "hold", "--mib", "-1", "--seconds", "2"])
+
+
 def test_v1_process_struct_and_unversioned_pci_info(lib_dir, state_file):
     state.claim(os.getpid(), 2048, [3], state_file)
     out = probe(lib_dir, state_file, """
