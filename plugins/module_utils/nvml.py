@@ -569,7 +569,9 @@ def _check_gpu(gpu, expect, cc_expected, name_re):
     if expect.get("min_used_mib") is not None and (used is None or used < expect["min_used_mib"]):
         problems.append("memory used expected at least %d MiB, found %s MiB" % (expect["min_used_mib"], used))
     if expect.get("max_used_mib") is not None and (used is None or used > expect["max_used_mib"]):
-        problems.append("memory used expected at most %d MiB, found %s MiB" % (expect["max_used_mib"], used))
+        held = " with no compute process listed (the driver has not given it back yet)" if (
+            used is not None and gpu.get("processes") == []) else ""
+        problems.append("memory used expected at most %d MiB, found %s MiB%s" % (expect["max_used_mib"], used, held))
     if expect.get("no_processes"):
         procs = gpu.get("processes")
         if procs is None:

@@ -205,6 +205,21 @@ def test_wait_gives_up_at_the_timeout(lib_dir, state_file):
     assert "(timeout 1 s, %d checks):" % res["attempts"] in res["msg"]
 
 
+def test_memory_the_driver_still_holds_is_said_so_and_the_wait_sees_it_freed(lib_dir, state_file):
+    # a server that exited a moment ago: no process, its memory not given back yet (for 3 s)
+    state.hold(60000, 3, [5], state_file)
+    rc, res = run_module({"expect": {"max_used_mib": 1024, "no_processes": True}, "timeout": 1, "interval": 0.25},
+                         state_file, lib_dir)
+    assert rc == 1
+    assert res["mismatches"] == ["GPU 5 (%s, %s): memory used expected at most 1024 MiB, found 60000 MiB with no "
+                                 "compute process listed (the driver has not given it back yet)"
+                                 % (res["gpus"][5]["uuid"], res["gpus"][5]["pci_bus_id"])]
+    rc, res = run_module({"expect": {"max_used_mib": 1024, "no_processes": True}, "timeout": 10, "interval": 0.25},
+                         state_file, lib_dir)
+    assert rc == 0, res.get("msg")
+    assert res["attempts"] >= 2
+
+
 # ------------------------------------------------------------- mismatches
 
 
@@ -483,4 +498,5 @@ def test_collect_polls_until_the_deadline_without_real_sleeping():
     assert res["expectation_met"] is False
     assert clock.sleeps == [2, 2, 1]  # the last sleep is cut to the deadline
     assert res["attempts"] == 4 and res["waited"] == 5
-    assert res["mismatches"] == ["GPU 0 (GPU-x, 00000000:18:00.0): memory used expected at most 100 MiB, found 900 MiB"]
+    assert res["mismatches"] == ["GPU 0 (GPU-x, 00000000:18:00.0): memory used expected at most 100 MiB, found 900 MiB"
+                                 " with no compute process listed (the driver has not given it back yet)"]
