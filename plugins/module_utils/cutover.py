@@ -278,13 +278,16 @@ class Cutover(object):
 
         if self.link:
             mark = self.clock()
+            which, path, target = "link", self.link, self.link_target
             try:
                 before = read_link(self.link) or self.previous_link_target
                 if self.previous_link and before and before != self.link_target:
+                    which, path, target = "previous link", self.previous_link, before
                     point_link(self.previous_link, before)
+                which, path, target = "link", self.link, self.link_target
                 result["switched"] = point_link(self.link, self.link_target)
             except (OSError, ValueError) as exc:
-                self._fail("switch", "Cannot point %s at %s: %s." % (self.link, self.link_target, exc))
+                self._fail("switch", "Cannot point the %s %s at %s: %s." % (which, path, target, exc))
             result["link_after"] = read_link(self.link)
             phases["switch"] = self._since(mark)
 

@@ -264,6 +264,47 @@ def test_gpus_still_held_after_the_stop_fail_before_the_switch(host):
     assert "points at %s" % h.env_a in res["msg"]
 
 
+def test_vram_the_driver_keeps_after_the_stop_fails_before_the_switch_and_the_way_back_waits(host, tmp_path):
+    faults = tmp_path / "faults"
+    h = host(extra_env={"VLLM_STANDIN_FAULTS_FILE": str(faults)})
+    h.start_serving()
+    # (the stand-in's fault, read at its stop: the driver keeps its VRAM 5 s after it exits)
+    faults.write_text("vram_held_venv=%s*\nvram_held_seconds=5\n" % h.env_a)
+    vram = {"count": 8, "loaded_min_used_mib": 90000, "free_timeout": 1, "interval": 0.1}
+    rc, res = h.run(h.args(vram=vram))
+    assert rc == 1
+    assert res["failed_step"] == "vram_freed"
+    assert res["stopped"] and not res["switched"] and not res["started"]
+    assert os.readlink(h.link) == h.env_a and not os.path.lexists(h.previous)
+    assert "did not get free after the stop" in res["msg"]
+    assert "found 95000 MiB with no compute process listed (the driver has not given it back yet)" in res["msg"]
+    # the rollback's cutover (no link to move) waits until the driver has given it back, then starts the old build
+    rc, res = h.run(h.args(link=None, link_target=None, previous_link=None, vram=dict(vram, free_timeout=20)))
+    assert rc == 0, res["msg"]
+    assert res["phases"]["vram_freed"] >= 1 and res["version"] == "0.32.0"
+
+
+def test_a_previous_link_blocked_during_the_stop_fails_the_switch_and_says_which(host, tmp_path):
+    faults = tmp_path / "faults"
+    h = host(extra_env={"VLLM_STANDIN_FAULTS_FILE": str(faults)})
+    os.symlink(h.env_b, h.previous)
+    h.start_serving()
+    # (the stand-in's fault, read at its stop: a real directory takes the place of the previous link)
+    faults.write_text("block_link_venv=%s*\nblock_link=%s\n" % (h.env_a, h.previous))
+    rc, res = h.run(h.args())
+    assert rc == 1
+    assert res["failed_step"] == "switch"
+    assert res["stopped"] and not res["switched"] and not res["started"]
+    assert os.readlink(h.link) == h.env_a and os.path.isdir(h.previous) and not os.path.islink(h.previous)
+    assert ("Cannot point the previous link %s at %s: %s is a real directory, not a symbolic link."
+            % (h.previous, h.env_a, h.previous)) in res["msg"]
+    assert "Now: %s is stopped; %s points at %s." % (UNIT, h.link, h.env_a) in res["msg"]
+    # the rollback's cutover (the link never moved) starts the old build again
+    rc, res = h.run(h.args(link=None, link_target=None, previous_link=None))
+    assert rc == 0, res["msg"]
+    assert res["version"] == "0.32.0"
+
+
 def test_a_failed_start_fails_with_the_journal(host):
     h = host()
     h.start_serving()
