@@ -109,6 +109,14 @@ and a rollback onto it succeeds::
                                (the unit fails to start)
     no_vram_venv=GLOB          serve normally but claim no VRAM in the fake
                                NVML state (the "VRAM loaded" gate fails)
+    vram_held_venv=GLOB        at the stop: the driver keeps the server's
+    vram_held_seconds=N        VRAM for N s after it exits, with no process
+                               listed (the fake NVML's held_mib; VRAM not
+                               freed in time); read again at the stop
+    block_link_venv=GLOB       at the stop: a real directory takes the place
+    block_link=PATH            of the symbolic link PATH (the link is kept as
+                               PATH.standin-blocked): a link switch after the
+                               stop fails; read again at the stop
     tamper_venv=GLOB           once ready, append the line
                                "# debug: tampered by the stand-in fault" to
                                <venv>/lib/python3*/site-packages/vllm/__init__.py
@@ -187,18 +195,22 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                7680.0)
 
 
+FAULTS_MAX_BYTES = 64 * 1024
+
+
 def _read_faults(path):
-    """key=value lines of the faults file; {} when it does not exist."""
+    """key=value lines of the faults file (its first 64 KiB); {} when it does not exist."""
     faults = {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    key, value = line.split("=", 1)
-                    faults[key.strip()] = value.strip()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(FAULTS_MAX_BYTES)
     except OSError:
-        pass
+        return faults
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            faults[key.strip()] = value.strip()
     return faults
 
 
@@ -337,7 +349,8 @@ class Settings:
         self.venv_resolved = os.path.realpath(self.venv) if self.venv else ""
         self.version = (os.environ.get("VLLM_STANDIN_VERSION", "").strip()
                         or _venv_vllm_version(self.venv_resolved) or STANDIN_VERSION)
-        faults = _read_faults(os.environ.get("VLLM_STANDIN_FAULTS_FILE", "/etc/vllm-standin/faults"))
+        self.faults_path = os.environ.get("VLLM_STANDIN_FAULTS_FILE", "/etc/vllm-standin/faults")
+        faults = _read_faults(self.faults_path)
         if faults.get("never_ready", "0").strip().lower() in ("1", "true", "yes", "on"):
             self.never_ready = True
         never_glob = (os.environ.get("VLLM_STANDIN_NEVER_READY_VENV", "").strip()
@@ -357,10 +370,39 @@ class Settings:
             if self._venv_matches(slow_glob):
                 self.tokens_per_second = slow_rate
         self.release_seconds = _fault_number(faults, "release_seconds", self.release_seconds)
+        self.stop_faults(faults)  # a bad value stops the stand-in at start, not only at the stop
         self.faults = faults
         self.require_model_dir = _env_flag("VLLM_STANDIN_REQUIRE_MODEL_DIR", True)
         self.state_path = os.environ.get("FAKE_NVML_STATE") or DEFAULT_STATE_PATH
         self.max_model_len = None  # resolved from the model's config.json
+
+    def stop_faults(self, faults=None):
+        """The faults that act at the stop: ``(vram_held_seconds or None, block_link or None)``.
+
+        Read from the faults file again at the stop (FAULTS None), so a fault
+        written while this build serves hits its stop.
+        """
+        if faults is None:
+            faults = _read_faults(self.faults_path)
+        held = None
+        held_glob = faults.get("vram_held_venv", "").strip()
+        if held_glob:
+            held = _fault_number(faults, "vram_held_seconds", None)
+            if held is None:
+                raise ConfigError("the faults file sets vram_held_venv=%s but no vram_held_seconds=N "
+                                  "(how long the driver keeps the memory)" % held_glob)
+            if not self._venv_matches(held_glob):
+                held = None
+        link = None
+        link_glob = faults.get("block_link_venv", "").strip()
+        if link_glob:
+            link = faults.get("block_link", "").strip()
+            if not re.match(r"/[A-Za-z0-9_.@+-][A-Za-z0-9_./@+-]{0,254}\Z", link) or "/../" in link + "/":
+                raise ConfigError("the faults file sets block_link_venv=%s but block_link=%r is not an "
+                                  "absolute path (the link to block)" % (link_glob, link))
+            if not self._venv_matches(link_glob):
+                link = None
+        return held, link
 
     def _venv_matches(self, pattern):
         """True when VLLM_STANDIN_VENV resolves (links followed) to a path matching the glob PATTERN."""
@@ -470,6 +512,16 @@ class FakeNvmlState:
                 procs = [p for p in self._procs(data.get(key)) if p[0] != pid]
                 procs.append((pid, int(mib)))
                 data[key] = self._format(procs)
+        self.update(mutate)
+
+    def hold(self, mib, seconds, gpus):
+        """The driver keeps MIB MiB on GPUS for SECONDS from now, with no process (held_mib, held_until)."""
+        until = int(math.ceil(time.time() + seconds))
+
+        def mutate(data):
+            for i in gpus:
+                data["gpu.%d.held_mib" % i] = str(int(mib))
+                data["gpu.%d.held_until" % i] = str(until)
         self.update(mutate)
 
     def release(self, pid):
@@ -1428,6 +1480,23 @@ class StandinApp:
                            % settings.exit_after_seconds)
         return self.shutdown(target)
 
+    def block_link(self, link):
+        """The block_link fault: a real directory where the symbolic link LINK was (kept as LINK.standin-blocked)."""
+        aside = link + ".standin-blocked"
+        if not os.path.islink(link):
+            LOG.warning("faults file block_link: %s is not a symbolic link; left alone", link)
+            return
+        try:
+            if os.path.lexists(aside):
+                raise OSError("%s exists already" % aside)
+            os.rename(link, aside)
+            os.mkdir(link, 0o755)
+        except OSError as exc:
+            LOG.warning("faults file block_link: could not block %s: %s", link, exc)
+            return
+        LOG.warning("faults file block_link_venv matches the vLLM environment %s: %s is now a real directory "
+                    "(the link is kept as %s)", self.settings.venv_resolved, link, aside)
+
     def tamper(self):
         """The tamper_venv fault: append TAMPER_LINE to the environment's vllm/__init__.py (once)."""
         pattern = os.path.join(self.settings.venv_resolved, "lib", "python3*", "site-packages", "vllm", "__init__.py")
@@ -1479,6 +1548,13 @@ class StandinApp:
             self.server.shutdown()
         if self.server is not None:
             self.server.server_close()
+        try:
+            held_seconds, block_link = self.settings.stop_faults()
+        except ConfigError as exc:
+            LOG.error("faults file %s at the stop: %s (no fault applied)", self.settings.faults_path, exc)
+            held_seconds, block_link = None, None
+        if block_link:
+            self.block_link(block_link)
         delay = self.settings.release_seconds
         if self.vram_claimed:
             LOG.info("Releasing GPU memory (%.1f s)...", delay)
@@ -1486,6 +1562,15 @@ class StandinApp:
                 time.sleep(delay / 2.0)
                 self.claim(target // 2)
                 time.sleep(delay / 2.0)
+            if held_seconds and target > 0:
+                try:
+                    self.nvml.hold(target, held_seconds, self.settings.gpu_indices())
+                except OSError as exc:
+                    LOG.warning("faults file vram_held_venv: could not write the fake NVML state: %s", exc)
+                else:
+                    LOG.warning("faults file vram_held_venv matches the vLLM environment %s: the driver keeps "
+                                "%d MiB per GPU for %.1f s after this process exits",
+                                self.settings.venv_resolved, target, held_seconds)
             self.claim(0)
             LOG.info("GPU memory released.")
         UVICORN_LOG.info("Application shutdown complete.")

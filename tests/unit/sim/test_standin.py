@@ -816,6 +816,12 @@ def test_faults_file_venv_faults_hit_only_the_matching_build(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("text,message", [
+    ("vram_held_venv=/x/*\n", "no vram_held_seconds"),
+    ("vram_held_venv=/x/*\nvram_held_seconds=-2\n", "vram_held_seconds='-2': it must be at least"),
+    ("block_link_venv=/x/*\n", "block_link='' is not an absolute path"),
+    ("block_link_venv=/x/*\nblock_link=opt/vllm/previous\n", "block_link='opt/vllm/previous' is not"),
+    ("block_link_venv=/x/*\nblock_link=/opt/vllm/../etc\n", "block_link='/opt/vllm/../etc' is not"),
+    ("block_link_venv=/x/*\nblock_link=/opt/vllm/prev ious\n", "block_link='/opt/vllm/prev ious' is not"),
     ("slow_venv=/x/*\n", "no slow_tokens_per_second"),
     ("slow_venv=/x/*\nslow_tokens_per_second=fast\n", "slow_tokens_per_second='fast': not a decimal number"),
     ("release_seconds=-1\n", "release_seconds='-1': it must be at least"),
@@ -904,6 +910,70 @@ def test_slow_build_streams_at_the_slow_rate(spawn, bare_model_dir, tmp_path):
         spans[name] = tokens[-1][0] - tokens[0][0]  # 10 intervals between 11 tokens
     assert 0.45 <= spans["slow"] < 1.5  # 10 / 20 tok/s = 0.5 s
     assert spans["fast"] < 0.2  # 10 / 500 tok/s = 0.02 s
+
+
+def read_held(state_path):
+    """{gpu index: (held_mib, held_until)} from the fake NVML state."""
+    state = _load("gpufleet_sim_fakenvml_state", STATE_PY)
+    data = state.read_state(state_path)
+    return dict((int(key.split(".")[1]), (int(value), int(data.get("gpu.%s.held_until" % key.split(".")[1], 0))))
+                for key, value in data.items() if key.startswith("gpu.") and key.endswith(".held_mib"))
+
+
+def test_vram_held_fault_written_while_serving_keeps_the_memory_after_the_exit(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = tmp_path / "faults"
+    env = {"VLLM_STANDIN_FAULTS_FILE": str(faults), "VLLM_STANDIN_VRAM_MIB": "4000"}
+    old = spawn(bare_model_dir, tp=2, env=dict(env, VLLM_STANDIN_VENV=str(tmp_path / "envs" / "old"))).wait_ready()
+    new = spawn(bare_model_dir, tp=2, env=dict(env, VLLM_STANDIN_VENV=str(link))).wait_ready()
+    # written after both started: the stop reads it again
+    write_faults(tmp_path, "vram_held_venv=%s/envs/new\nvram_held_seconds=30\n" % tmp_path)
+    new.terminate()
+    assert new.proc.wait(15) == 0
+    exited = time.time()
+    held = read_held(new.state)
+    assert sorted(held) == [0, 1] and held[0][0] == held[1][0] == 4000
+    assert exited + 28 <= held[0][1] <= exited + 32
+    assert read_procs(new.state) == {0: {old.pid: 4000}, 1: {old.pid: 4000}}  # no process of its own listed
+    assert "the driver keeps 4000 MiB per GPU for 30.0 s" in new.output()
+    # the other build is not hit
+    faults.write_text("vram_held_venv=%s/envs/new\nvram_held_seconds=30\n" % tmp_path)
+    os.unlink(new.state)
+    old.terminate()
+    assert old.proc.wait(15) == 0
+    assert read_held(old.state) == {} and read_procs(old.state) == {}
+
+
+def test_block_link_fault_puts_a_directory_where_the_link_was(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    previous = tmp_path / "previous"
+    previous.symlink_to(tmp_path / "envs" / "old")
+    faults = tmp_path / "faults"
+    env = {"VLLM_STANDIN_FAULTS_FILE": str(faults)}
+    old = spawn(bare_model_dir, env=dict(env, VLLM_STANDIN_VENV=str(tmp_path / "envs" / "old"))).wait_ready()
+    new = spawn(bare_model_dir, env=dict(env, VLLM_STANDIN_VENV=str(link))).wait_ready()
+    write_faults(tmp_path, "block_link_venv=%s/envs/new\nblock_link=%s\n" % (tmp_path, previous))
+    old.terminate()
+    assert old.proc.wait(15) == 0
+    assert previous.is_symlink()  # the other build is not hit
+    new.terminate()
+    assert new.proc.wait(15) == 0
+    assert previous.is_dir() and not previous.is_symlink()
+    aside = tmp_path / "previous.standin-blocked"
+    assert os.readlink(str(aside)) == str(tmp_path / "envs" / "old")
+    assert "is now a real directory" in new.output()
+
+
+def test_a_bad_stop_fault_written_while_serving_is_logged_and_applies_nothing(spawn, bare_model_dir, tmp_path):
+    link = make_venvs(tmp_path)
+    faults = tmp_path / "faults"
+    server = spawn(bare_model_dir, env={"VLLM_STANDIN_FAULTS_FILE": str(faults), "VLLM_STANDIN_VENV": str(link),
+                                        "VLLM_STANDIN_VRAM_MIB": "4000"}).wait_ready()
+    write_faults(tmp_path, "vram_held_venv=%s/envs/new\n" % tmp_path)
+    server.terminate()
+    assert server.proc.wait(15) == 0
+    assert "no vram_held_seconds" in server.output()
+    assert read_held(server.state) == {} and read_procs(server.state) == {}
 
 
 def test_release_seconds_fault_delays_the_vram_release(spawn, bare_model_dir, tmp_path):
