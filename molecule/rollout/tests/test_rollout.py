@@ -319,7 +319,7 @@ def traffic(name):
         return json.load(handle)
 
 
-@pytest.mark.parametrize("name", ["first", "converge", "faults"])
+@pytest.mark.parametrize("name", ["first", "converge", "faults", "faults2"])
 def test_clients_through_the_balancer_saw_no_failed_request(name):
     seen = traffic(name)
     assert seen["failed"] == 0 and seen["ok"] == seen["sent"] and seen["ok"] >= 20, seen
@@ -359,3 +359,19 @@ def test_faults_after_the_stop_each_rolled_back_and_back_in_rotation():
         assert re.match(r"/opt/vllm/envs/vllm-0\.33\.1\.dev7_g[0-9a-f]{12}-", row["serving_env"]), (name, row)
     assert "pristine" in faults["rollout-3"]["failure"].lower() or "modified" in faults["rollout-3"]["failure"].lower(), faults["rollout-3"]
     assert "vram" in faults["rollout-2"]["failure"].lower() or "mib" in faults["rollout-2"]["failure"].lower(), faults["rollout-2"]
+
+
+def test_faults_in_the_window_and_at_the_gate_each_rolled_back_and_back_in_rotation():
+    summary = report("faults2", "summary.json")
+    faults = rows(summary)
+    assert summary["batches"] == [["rollout-1"], ["rollout-2"], ["rollout-3"]]
+    for name, row in faults.items():
+        assert row["status"] == "FAILED, rolled back", (name, row)
+        assert row["inflight_at_stop"] == 0 and row["back_in_rotation"] is True, (name, row)
+        assert re.match(r"/opt/vllm/envs/vllm-0\.33\.1\.dev7_g[0-9a-f]{12}-", row["serving_env"]), (name, row)
+    # the old build's VRAM, held by the driver 14 s after its stop: the cutover's 6 s wait failed
+    assert "did not get free after the stop" in faults["rollout-1"]["failure"], faults["rollout-1"]
+    # a real directory where the previous link was: the link switch failed, the link stayed on the old build
+    assert "Cannot point /opt/vllm/previous at" in faults["rollout-2"]["failure"], faults["rollout-2"]
+    # 20 tok/s against the baseline's 82: the benchmark gate (policy fail) failed the new build
+    assert "Benchmark regression on rollout-3" in faults["rollout-3"]["failure"], faults["rollout-3"]
