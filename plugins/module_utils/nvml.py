@@ -755,12 +755,53 @@ def collect_bounded(expect=None, timeout=0, interval=2.0, call_timeout=60, pynvm
     return result
 
 
+_GPU_LINE = re.compile(r"GPU (\d+) \([^()]*\): (.*)\Z", re.S)
+
+
+def _ranges(indices):
+    """0,1,2,3,5 -> '0-3, 5'."""
+    out, start, prev = [], None, None
+    for index in indices + [None]:
+        if start is not None and (index is None or index != prev + 1):
+            out.append("%d" % start if start == prev else "%d-%d" % (start, prev))
+            start = None
+        if start is None:
+            start = index
+        prev = index
+    return ", ".join(out)
+
+
+def compact_mismatches(lines):
+    """The mismatch lines with GPUs of the same problems on one line ("GPUs 0-7: ...").
+
+    A problem only one GPU has keeps its line, UUID and PCI bus included;
+    other lines (the GPU count, a GPU not found) stay as they are.
+    """
+    groups, order = {}, []
+    for line in lines:
+        match = _GPU_LINE.match(line)
+        key = match.group(2) if match else None
+        if key is None or key not in groups:
+            order.append((key, line))
+            if key is not None:
+                groups[key] = []
+        if key is not None:
+            groups[key].append((int(match.group(1)), line))
+    out = []
+    for key, line in order:
+        if key is None or len(groups[key]) == 1:
+            out.append(line if key is None else groups[key][0][1])
+        else:
+            out.append("GPUs %s: %s" % (_ranges(sorted(index for index, dummy in groups[key])), key))
+    return out
+
+
 def failure_message(result, timeout=0):
-    """The one message for a failed result: the NVML fault, or the mismatch lines."""
+    """The one message for a failed result: the NVML fault, or the mismatch lines (GPUs alike on one line)."""
     if not result.get("nvml_available"):
         err = result.get("nvml_error") or {}
         return err.get("message") or "NVML is not usable on this host."
-    lines = result.get("mismatches") or []
+    lines = compact_mismatches(result.get("mismatches") or [])
     if timeout:
         head = "GPU expectation not met after waiting %.1f s (timeout %s s, %d checks):" % (
             result.get("waited", 0.0), timeout, result.get("attempts", 0))

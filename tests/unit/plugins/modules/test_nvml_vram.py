@@ -145,7 +145,9 @@ def test_model_loaded_fills_every_gpu(lib_dir, state_file):
             assert "memory used expected at most 1024 MiB, found 90000 MiB" in line
             assert "compute processes expected none, found 1: pid %d" % holder.pid in line
         assert res["msg"].splitlines()[0] == "GPU expectation not met:"
-        assert res["msg"].splitlines()[1:] == res["mismatches"]
+        # the message says it once for the 8 GPUs alike; mismatches keeps each GPU's line
+        assert res["msg"].splitlines()[1:] == [
+            "GPUs 0-7: " + res["mismatches"][0].split(": ", 1)[1]]
     finally:
         holder.kill()
         holder.wait()
@@ -221,6 +223,22 @@ def test_memory_the_driver_still_holds_is_said_so_and_the_wait_sees_it_freed(lib
 
 
 # ------------------------------------------------------------- mismatches
+
+
+@pytest.mark.parametrize("lines,expected", [
+    ([], []),
+    (["GPU count: expected 8, found 7"], ["GPU count: expected 8, found 7"]),
+    # one GPU keeps its line, UUID and bus included
+    (["GPU 3 (GPU-a, 00000000:5D:00.0): lost"], ["GPU 3 (GPU-a, 00000000:5D:00.0): lost"]),
+    (["GPU count: expected 8, found 7"] + ["GPU %d (GPU-%d, bus): too full" % (i, i) for i in (0, 1, 2, 4, 6, 7)]
+     + ["GPU 5 (GPU-5, bus): lost"],
+     ["GPU count: expected 8, found 7", "GPUs 0-2, 4, 6-7: too full", "GPU 5 (GPU-5, bus): lost"]),
+    (["GPU 9 (x): a", "GPU 8 (y): a"], ["GPUs 8-9: a"]),
+])
+def test_failure_message_puts_gpus_alike_on_one_line(lines, expected):
+    assert nvml.compact_mismatches(lines) == expected
+    message = nvml.failure_message({"nvml_available": True, "mismatches": lines})
+    assert message.splitlines() == ["GPU expectation not met:"] + expected
 
 
 def test_seven_gpus_where_eight_were_expected(lib_dir, state_file):
