@@ -327,7 +327,9 @@ def rollout_row(host, facts):
         "needed": list(_get(facts, "rollout_needs", []) or []),
         "build_before": before,
         "pristine_before": plan_row.get("pristine") if plan_row else None,
-        "build_after": integrity.get("version") or (before if status == "unchanged" else ""),
+        # a host rolled back serves its build before again; the build it tried is build_tried
+        "build_after": (before if rolled_back else integrity.get("version")) or (before if status == "unchanged" else ""),
+        "build_tried": integrity.get("version") or "" if rolled_back else "",
         "serving_env": (service.get("link_after") if rolled_back else cutover.get("link_after")) or plan_row.get("environment") or "",
         "downtime_s": _num_or_none(cutover.get("downtime_seconds")),
         "load_s": _num_or_none(cutover.get("load_seconds")),

@@ -145,12 +145,18 @@ def balancer_line(rows):
     return text + "."
 
 
+def build_after_cell(row):
+    """The build a host serves after the run; a host rolled back names the build it tried."""
+    after, tried = cell(row.get("build_after")), row.get("build_tried")
+    return "%s (tried %s)" % (after, cell(tried)) if tried else after
+
+
 def row_cells(row, locked=False, with_balancer=False):
     dumps = DASH
     if row.get("artifacts_removed") is not None:
         dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
     cells = [cell(row.get("host")), cell(row.get("status")), cell(row.get("build_before")), _files(row.get("pristine_before")),
-             cell(row.get("build_after")), _fmt(row.get("downtime_s"), "%.1f"), dumps,
+             build_after_cell(row), _fmt(row.get("downtime_s"), "%.1f"), dumps,
              cell(row.get("config_keys_removed")), _files(row.get("pristine"), upper=True),
              _fmt(row.get("single_stream_tok_s"), "%.1f"), _fmt(row.get("peak_tok_s"), "%.0f"), cell(row.get("benchmark"))]
     if locked:
@@ -239,6 +245,8 @@ def host_line(row):
     before, after = one_line(row.get("build_before") or ""), one_line(row.get("build_after") or "")
     if before or after:
         parts.append("vllm %s" % before if before == after or not after else "vllm %s -> %s" % (before or "?", after))
+    if row.get("build_tried"):
+        parts.append("tried %s" % one_line(row["build_tried"]))
     if row.get("pristine_before") is False:
         parts.append("was NOT pristine")
     downtime = _num(row.get("downtime_s"), "%.1f")

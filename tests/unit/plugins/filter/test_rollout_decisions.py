@@ -5,8 +5,10 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
-    rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_needs, rollout_pending, rollout_rows,
+    rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_line, rollout_needs, rollout_pending,
+    rollout_rows,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import row_cells
 from ansible_collections.gpufleet.vllm.plugins.filter.fleet import kv_cache_policy
 
 CLEAN = {"build": "0.33.0", "pristine": True, "config_keys_present": 0, "config_policy": "strip", "config_errors": [],
@@ -104,6 +106,7 @@ def test_rows_say_each_host_s_fate():
     assert (one["downtime_s"], one["load_s"], one["artifacts_removed"], one["config_keys_removed"]) == (21.8, 20.1, 35, 2)
     assert one["serving_env"].endswith("20261204T101500Z") and one["benchmark"] == "ok"
     assert rows["gpu-a02"]["serving_env"] == "/root/ml-env"
+    assert rows["gpu-a02"]["build_tried"] == ""  # (it never got to its integrity check)
     # an untouched host's dumps and keys are the plan's, not done
     assert rows["gpu-a03"]["artifacts_removed"] is None and rows["gpu-a03"]["config_keys_removed"] is None
     # a converged host: the plan's reading is the state after too
@@ -269,3 +272,19 @@ def test_the_package_cells_leave_out_vllm_and_the_accepted_ones():
     assert cells == {"fingerprint": "a" * 12, "packages": 137, "packages_not_pristine": ["lark", "and 1 more"],
                      "lock": "differs: 1 other version, 1 not in the lock"}
     assert packages_cells(None, "vllm", "timeout")["lock"] == "not read: timeout"
+
+
+def test_a_host_rolled_back_serves_its_build_before_and_names_the_build_it_tried():
+    # the benchmark gate failed the new build after its integrity check; the rollback started the old one
+    facts = dict(HOSTVARS["gpu-a02"], rollout_plan=plan(build="0.32.0"), rollout_failure="Benchmark regression",
+                 rollout_integrity={"version": "0.33.0", "pristine": True},
+                 benchmark_result={"single_stream_tok_s": 20.2, "peak_tok_s": 20.0, "status": "regressed"})
+    row = rollout_rows(["gpu-a02"], {"gpu-a02": facts})[0]
+    assert row["status"] == "FAILED, rolled back"
+    assert (row["build_before"], row["build_after"], row["build_tried"]) == ("0.32.0", "0.32.0", "0.33.0")
+    assert rollout_line(row).startswith("gpu-a02: FAILED, rolled back, vllm 0.32.0, tried 0.33.0, ")
+    cells = row_cells(row)
+    assert cells[4] == "0.32.0 (tried 0.33.0)"
+    # a host whose rollback failed too serves nothing: its row keeps the build it tried as the build after
+    failed = rollout_rows(["gpu-a05"], {"gpu-a05": dict(HOSTVARS["gpu-a05"], rollout_integrity={"version": "0.33.0"})})[0]
+    assert (failed["status"], failed["build_after"], failed["build_tried"]) == ("FAILED", "0.33.0", "")
