@@ -301,6 +301,32 @@ def _num_or_none(value):
         return None
 
 
+def _builds(facts, status, before, integrity, plan_row, rollback_failure):
+    """(build after, build tried, pristine after) of a row: the build a host serves after the run.
+
+    A host stopped that failed serves its build before again (rolled back) or
+    nothing (the rollback failed too): the build it tried is the one its
+    integrity check read, else the run's target. A host that failed before
+    its stop still serves its build before.
+    """
+    tried = ""
+    if status == "FAILED, rolled back" or rollback_failure:
+        tried = _text(integrity.get("version")) or _text(_get(facts, "reinstall_target_version", ""))
+        after = before if status == "FAILED, rolled back" else ""
+        return after, ("" if tried == before else tried), None
+    reached = _get(facts, "rollout_reached", None)
+    if status == "FAILED" and isinstance(reached, dict) and not reached.get("stopped"):
+        return before, "", plan_row.get("pristine") if plan_row else None
+    after = integrity.get("version") or (before if status == "unchanged" else "")
+    pristine = integrity.get("pristine") if integrity else (
+        plan_row.get("pristine") if status == "unchanged" and plan_row else None)
+    return after, tried, pristine
+
+
+def _text(value):
+    return value if isinstance(value, str) else ""
+
+
 def rollout_row(host, facts):
     """One row of the summary (summary.json) for HOST from its notes."""
     status = rollout_status(facts)
@@ -318,6 +344,7 @@ def rollout_row(host, facts):
     if rollback_failure:
         failure = "%s; the rollback failed as well: %s" % (failure, rollback_failure)
     before = plan_row.get("build") or ""
+    after, tried, pristine = _builds(facts, status, before, integrity, plan_row, rollback_failure)
     # the plan's diffs of the modified files, as the pre-flight wrote them (diffs/<host>/...)
     plan_diffs = _get(_get(facts, "rollout_plan", {}) or {}, "diffs", {}) or {}
     diffs = diff_entries([(host, dict(plan_diffs))]) if isinstance(plan_diffs, dict) else []
@@ -327,16 +354,16 @@ def rollout_row(host, facts):
         "needed": list(_get(facts, "rollout_needs", []) or []),
         "build_before": before,
         "pristine_before": plan_row.get("pristine") if plan_row else None,
-        # a host rolled back serves its build before again; the build it tried is build_tried
-        "build_after": (before if rolled_back else integrity.get("version")) or (before if status == "unchanged" else ""),
-        "build_tried": integrity.get("version") or "" if rolled_back else "",
+        "build_after": after,
+        "build_tried": tried,
+        "pristine_tried": integrity.get("pristine") if tried and integrity else None,
         "serving_env": (service.get("link_after") if rolled_back else cutover.get("link_after")) or plan_row.get("environment") or "",
         "downtime_s": _num_or_none(cutover.get("downtime_seconds")),
         "load_s": _num_or_none(cutover.get("load_seconds")),
         "artifacts_removed": dumps.get("count") if done and dumps else None,
         "artifacts_bytes": dumps.get("bytes_freed_human", "") if done and dumps else "",
         "config_keys_removed": config.get("removed_count") if done and config else None,
-        "pristine": integrity.get("pristine") if integrity else (plan_row.get("pristine") if status == "unchanged" and plan_row else None),
+        "pristine": pristine,
         "single_stream_tok_s": _num_or_none(bench.get("single_stream_tok_s")),
         "peak_tok_s": _num_or_none(bench.get("peak_tok_s")),
         "benchmark": bench.get("status") or None,

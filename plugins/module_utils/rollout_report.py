@@ -246,7 +246,8 @@ def host_line(row):
     if before or after:
         parts.append("vllm %s" % before if before == after or not after else "vllm %s -> %s" % (before or "?", after))
     if row.get("build_tried"):
-        parts.append("tried %s" % one_line(row["build_tried"]))
+        parts.append("tried %s%s" % (one_line(row["build_tried"]),
+                                     " (NOT pristine)" if row.get("pristine_tried") is False else ""))
     if row.get("pristine_before") is False:
         parts.append("was NOT pristine")
     downtime = _num(row.get("downtime_s"), "%.1f")

@@ -277,14 +277,35 @@ def test_the_package_cells_leave_out_vllm_and_the_accepted_ones():
 def test_a_host_rolled_back_serves_its_build_before_and_names_the_build_it_tried():
     # the benchmark gate failed the new build after its integrity check; the rollback started the old one
     facts = dict(HOSTVARS["gpu-a02"], rollout_plan=plan(build="0.32.0"), rollout_failure="Benchmark regression",
-                 rollout_integrity={"version": "0.33.0", "pristine": True},
+                 rollout_integrity={"version": "0.33.0", "pristine": False},
                  benchmark_result={"single_stream_tok_s": 20.2, "peak_tok_s": 20.0, "status": "regressed"})
     row = rollout_rows(["gpu-a02"], {"gpu-a02": facts})[0]
     assert row["status"] == "FAILED, rolled back"
     assert (row["build_before"], row["build_after"], row["build_tried"]) == ("0.32.0", "0.32.0", "0.33.0")
-    assert rollout_line(row).startswith("gpu-a02: FAILED, rolled back, vllm 0.32.0, tried 0.33.0, ")
+    # "pristine" is the build it serves; the build it tried has its own
+    assert (row["pristine"], row["pristine_tried"]) == (None, False)
+    assert rollout_line(row).startswith("gpu-a02: FAILED, rolled back, vllm 0.32.0, tried 0.33.0 (NOT pristine), ")
     cells = row_cells(row)
-    assert cells[4] == "0.32.0 (tried 0.33.0)"
-    # a host whose rollback failed too serves nothing: its row keeps the build it tried as the build after
-    failed = rollout_rows(["gpu-a05"], {"gpu-a05": dict(HOSTVARS["gpu-a05"], rollout_integrity={"version": "0.33.0"})})[0]
-    assert (failed["status"], failed["build_after"], failed["build_tried"]) == ("FAILED", "0.33.0", "")
+    assert cells[4] == "0.32.0 (tried 0.33.0)" and cells[8] == "-"
+
+
+def test_a_host_that_failed_before_its_integrity_check_names_the_run_s_target_as_tried():
+    # VRAM not freed after the stop: no integrity check ran; the run's target is what it tried
+    facts = dict(HOSTVARS["gpu-a02"], rollout_plan=plan(build="0.32.0"), reinstall_target_version="0.33.0")
+    row = rollout_rows(["gpu-a02"], {"gpu-a02": facts})[0]
+    assert (row["build_after"], row["build_tried"], row["pristine_tried"]) == ("0.32.0", "0.33.0", None)
+    assert rollout_line(row).startswith("gpu-a02: FAILED, rolled back, vllm 0.32.0, tried 0.33.0, ")
+
+
+def test_a_host_whose_rollback_failed_serves_nothing_and_one_failed_before_its_stop_its_old_build():
+    failed = rollout_rows(["gpu-a05"], {"gpu-a05": dict(
+        HOSTVARS["gpu-a05"], rollout_plan=plan(build="0.32.0"), rollout_integrity={"version": "0.33.0"})})[0]
+    assert (failed["status"], failed["build_after"], failed["build_tried"]) == ("FAILED", "", "0.33.0")
+    assert failed["pristine"] is None
+    # failed in its stage: never stopped, still serving its build before as it was
+    early = rollout_rows(["gpu-a06"], HOSTVARS)[0]
+    assert (early["status"], early["build_after"], early["build_tried"], early["pristine"]) == (
+        "FAILED", "0.33.0", "", True)
+    # proven, then not put back at the balancer (no rollback): it serves the build it was updated to
+    proven = rollout_rows(["x"], {"x": dict(HOSTVARS["gpu-a01"], rollout_failed=True, rollout_cutover=FORWARD)})[0]
+    assert (proven["status"], proven["build_after"], proven["build_tried"]) == ("FAILED", "0.33.0", "")
