@@ -569,7 +569,8 @@ def _check_gpu(gpu, expect, cc_expected, name_re):
     if expect.get("min_used_mib") is not None and (used is None or used < expect["min_used_mib"]):
         problems.append("memory used expected at least %d MiB, found %s MiB" % (expect["min_used_mib"], used))
     if expect.get("max_used_mib") is not None and (used is None or used > expect["max_used_mib"]):
-        held = " with no compute process listed (the driver has not given it back yet)" if (
+        held = (" with no compute process listed (not given back yet after a process exited, or held by a process"
+                " NVML cannot list here)") if (
             used is not None and gpu.get("processes") == []) else ""
         problems.append("memory used expected at most %d MiB, found %s MiB%s" % (expect["max_used_mib"], used, held))
     if expect.get("no_processes"):
@@ -755,7 +756,8 @@ def collect_bounded(expect=None, timeout=0, interval=2.0, call_timeout=60, pynvm
     return result
 
 
-_GPU_LINE = re.compile(r"GPU (\d+) \([^()]*\): (.*)\Z", re.S)
+# "GPU 3 (GPU-..., 00000000:5D:00.0): ..." or "GPU 3: ..." (_gpu_label), not "GPU 9 (from expect.gpus): ..."
+_GPU_LINE = re.compile(r"GPU (\d+)(?: \((?!from expect)[^()]*\))?: (.*)\Z", re.S)
 
 
 def _ranges(indices):
@@ -775,7 +777,7 @@ def compact_mismatches(lines):
     """The mismatch lines with GPUs of the same problems on one line ("GPUs 0-7: ...").
 
     A problem only one GPU has keeps its line, UUID and PCI bus included;
-    other lines (the GPU count, a GPU not found) stay as they are.
+    other lines (the GPU count, a GPU of expect.gpus not found) stay as they are.
     """
     groups, order = {}, []
     for line in lines:
@@ -792,7 +794,7 @@ def compact_mismatches(lines):
         if key is None or len(groups[key]) == 1:
             out.append(line if key is None else groups[key][0][1])
         else:
-            out.append("GPUs %s: %s" % (_ranges(sorted(index for index, dummy in groups[key])), key))
+            out.append("GPUs %s: %s" % (_ranges(sorted(set(index for index, dummy in groups[key]))), key))
     return out
 
 

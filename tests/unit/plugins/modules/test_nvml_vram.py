@@ -214,7 +214,8 @@ def test_memory_the_driver_still_holds_is_said_so_and_the_wait_sees_it_freed(lib
                          state_file, lib_dir)
     assert rc == 1
     assert res["mismatches"] == ["GPU 5 (%s, %s): memory used expected at most 1024 MiB, found 60000 MiB with no "
-                                 "compute process listed (the driver has not given it back yet)"
+                                 "compute process listed (not given back yet after a process exited, or held by a "
+                                 "process NVML cannot list here)"
                                  % (res["gpus"][5]["uuid"], res["gpus"][5]["pci_bus_id"])]
     rc, res = run_module({"expect": {"max_used_mib": 1024, "no_processes": True}, "timeout": 10, "interval": 0.25},
                          state_file, lib_dir)
@@ -234,6 +235,12 @@ def test_memory_the_driver_still_holds_is_said_so_and_the_wait_sees_it_freed(lib
      + ["GPU 5 (GPU-5, bus): lost"],
      ["GPU count: expected 8, found 7", "GPUs 0-2, 4, 6-7: too full", "GPU 5 (GPU-5, bus): lost"]),
     (["GPU 9 (x): a", "GPU 8 (y): a"], ["GPUs 8-9: a"]),
+    # GPUs that cannot be queried have no UUID or bus in their label
+    (["GPU %d: GPU is lost" % i for i in range(8)], ["GPUs 0-7: GPU is lost"]),
+    # a GPU of expect.gpus that is not there keeps its line, even named twice
+    (["GPU 9 (from expect.gpus): not found", "GPU 9 (from expect.gpus): not found"],
+     ["GPU 9 (from expect.gpus): not found", "GPU 9 (from expect.gpus): not found"]),
+    (["GPU 1 (a): x", "GPU 1 (a): x", "GPU 2 (b): x"], ["GPUs 1-2: x"]),
 ])
 def test_failure_message_puts_gpus_alike_on_one_line(lines, expected):
     assert nvml.compact_mismatches(lines) == expected
@@ -517,4 +524,4 @@ def test_collect_polls_until_the_deadline_without_real_sleeping():
     assert clock.sleeps == [2, 2, 1]  # the last sleep is cut to the deadline
     assert res["attempts"] == 4 and res["waited"] == 5
     assert res["mismatches"] == ["GPU 0 (GPU-x, 00000000:18:00.0): memory used expected at most 100 MiB, found 900 MiB"
-                                 " with no compute process listed (the driver has not given it back yet)"]
+                                 " with no compute process listed (not given back yet after a process exited, or held by a process NVML cannot list here)"]
