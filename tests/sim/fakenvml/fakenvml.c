@@ -271,6 +271,14 @@ static unsigned long long parse_ull(const char *v, unsigned long long fallback)
     return (end && end != v) ? x : fallback;
 }
 
+/* Unix time in seconds; out of range: the nearest end (held forever, or never) */
+static long long parse_time(const char *v, long long fallback)
+{
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10); /* saturates at LLONG_MIN / LLONG_MAX */
+    return (end && end != v) ? x : fallback;
+}
+
 static void parse_cc(const char *v, int *major, int *minor)
 {
     int a = 0, b = 0;
@@ -372,7 +380,7 @@ static void set_gpu_key(gpu_t *g, const char *key, const char *value)
     else if (strcmp(key, "held_mib") == 0)
         g->held_mib = parse_ull(value, g->held_mib);
     else if (strcmp(key, "held_until") == 0)
-        g->held_until = (long long)parse_ull(value, (unsigned long long)g->held_until);
+        g->held_until = parse_time(value, g->held_until);
     else if (strcmp(key, "cc") == 0)
         parse_cc(value, &g->cc_major, &g->cc_minor);
     else if (strcmp(key, "lost") == 0) {
@@ -550,7 +558,7 @@ static void memory_of(const gpu_t *g, unsigned long long *total, unsigned long l
     unsigned long long r = g->reserved_mib;
     /* memory the driver has not given back yet, no process listed (a teardown that takes time) */
     if (g->held_mib && (long long)time(NULL) < g->held_until)
-        u += g->held_mib;
+        u = g->held_mib > ~0ULL - u ? ~0ULL : u + g->held_mib; /* (capped at the total below) */
     live_procs(g, procs, &n);
     for (int i = 0; i < n; i++)
         u += procs[i].mib;

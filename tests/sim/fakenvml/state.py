@@ -217,6 +217,8 @@ def release(pid, path=None):
 
 def hold(mib, seconds, gpus=None, path=None, now=None):
     """The driver keeps MIB MiB on each listed GPU (default: all) for SECONDS from now, with no process."""
+    if not 0 <= mib <= 10 ** 7 or not 0 <= seconds <= 86400:
+        raise ValueError("hold: mib must be from 0 to 10000000 and seconds from 0 to 86400")
     until = int(math.ceil((time.time() if now is None else now) + seconds))
 
     def mutate(data):
@@ -267,9 +269,16 @@ def main(argv=None):
     elif args.cmd == "release":
         release(args.pid, args.state)
     elif args.cmd == "hold":
-        if args.mib < 0 or not 0 <= args.seconds <= 86400:
-            parser.error("--mib must be at least 0 and --seconds from 0 to 86400")
-        gpus = [int(x) for x in args.gpus.split(",")] if args.gpus else None
+        if not 0 <= args.mib <= 10 ** 7 or not 0 <= args.seconds <= 86400:
+            parser.error("--mib must be from 0 to 10000000 and --seconds from 0 to 86400")
+        gpus = None
+        if args.gpus:
+            try:
+                gpus = [int(x) for x in args.gpus.split(",")]
+            except ValueError:
+                parser.error("--gpus takes GPU indices separated by commas, such as 0,1,2")
+            if any(not 0 <= i < 64 for i in gpus):
+                parser.error("--gpus: a GPU index is from 0 to 63")
         hold(args.mib, args.seconds, gpus, args.state)
     return 0
 

@@ -397,7 +397,8 @@ class Settings:
         link_glob = faults.get("block_link_venv", "").strip()
         if link_glob:
             link = faults.get("block_link", "").strip()
-            if not re.match(r"/[A-Za-z0-9_.@+-][A-Za-z0-9_./@+-]{0,254}\Z", link) or "/../" in link + "/":
+            if (not re.match(r"/[A-Za-z0-9_.@+-][A-Za-z0-9_./@+-]{0,254}\Z", link) or "/../" in link + "/"
+                    or link.endswith("/")):
                 raise ConfigError("the faults file sets block_link_venv=%s but block_link=%r is not an "
                                   "absolute path (the link to block)" % (link_glob, link))
             if not self._venv_matches(link_glob):

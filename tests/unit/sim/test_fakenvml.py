@@ -309,8 +309,23 @@ def test_state_cli_hold_writes_the_time_it_ends(state_file):
     assert data["gpu.0.held_mib"] == data["gpu.3.held_mib"] == "5000"
     assert before + 2.5 <= int(data["gpu.3.held_until"]) <= time.time() + 3.5
     assert "gpu.1.held_mib" not in data
-    with pytest.raises(SystemExit):
-        state.main(["--state", state_file, "hold", "--mib", "-1", "--seconds", "2"])
+    for bad in (["--mib", "-1", "--seconds", "2"], ["--mib", "1", "--seconds", "nan"],
+                ["--mib", "1", "--seconds", "2", "--gpus", "0,,1"], ["--mib", "1", "--seconds", "2", "--gpus", "64"]):
+        with pytest.raises(SystemExit):
+            state.main(["--state", state_file, "hold"] + bad)
+    with pytest.raises(ValueError):
+        state.hold(1, -1, None, state_file)
+
+
+def test_held_until_out_of_range_is_held_forever_or_never(lib_dir, state_file):
+    set_state(state_file, gpu__0__held_mib=70000, gpu__0__held_until="99999999999999999999",
+              gpu__1__held_mib=70000, gpu__1__held_until=-5, gpu__2__held_mib="18446744073709551615",
+              gpu__2__held_until="99999999999", gpu__2__base_used_mib=1)
+    out = probe(lib_dir, state_file, """
+        n.nvmlInit()
+        out["used"] = [mem(i)["v2"][2] for i in range(3)]
+    """)
+    assert out["used"] == [70000 * MIB, 0, 97887 * MIB]  # (capped at the total, never wrapped round)
 
 
 def test_v1_process_struct_and_unversioned_pci_info(lib_dir, state_file):

@@ -822,6 +822,7 @@ def test_faults_file_venv_faults_hit_only_the_matching_build(tmp_path, monkeypat
     ("block_link_venv=/x/*\nblock_link=opt/vllm/previous\n", "block_link='opt/vllm/previous' is not"),
     ("block_link_venv=/x/*\nblock_link=/opt/vllm/../etc\n", "block_link='/opt/vllm/../etc' is not"),
     ("block_link_venv=/x/*\nblock_link=/opt/vllm/prev ious\n", "block_link='/opt/vllm/prev ious' is not"),
+    ("block_link_venv=/x/*\nblock_link=/opt/vllm/previous/\n", "block_link='/opt/vllm/previous/' is not"),
     ("slow_venv=/x/*\n", "no slow_tokens_per_second"),
     ("slow_venv=/x/*\nslow_tokens_per_second=fast\n", "slow_tokens_per_second='fast': not a decimal number"),
     ("release_seconds=-1\n", "release_seconds='-1': it must be at least"),
