@@ -761,15 +761,14 @@ _GPU_LINE = re.compile(r"GPU (\d+)(?: \((?!from expect)[^()]*\))?: (.*)\Z", re.S
 
 
 def _ranges(indices):
-    """0,1,2,3,5 -> '0-3, 5'."""
-    out, start, prev = [], None, None
-    for index in indices + [None]:
-        if start is not None and (index is None or index != prev + 1):
-            out.append("%d" % start if start == prev else "%d-%d" % (start, prev))
-            start = None
-        if start is None:
-            start = index
-        prev = index
+    """Sorted 0,1,2,3,5 -> '0-3, 5'."""
+    out, i = [], 0
+    while i < len(indices):
+        j = i
+        while j + 1 < len(indices) and indices[j + 1] == indices[j] + 1:
+            j += 1
+        out.append(str(indices[i]) if i == j else "%d-%d" % (indices[i], indices[j]))
+        i = j + 1
     return ", ".join(out)
 
 

@@ -19,8 +19,8 @@ description:
     CUDA driver version and the GPU count.
   - Optionally checks an expectation (O(expect)) such as "8 GPUs named like RTX PRO 6000, compute capability 12.0,
     at least 90000 MiB used on each" after a model load, or "at most 1024 MiB used and no process" after the service
-    stopped. On a mismatch the task fails with a line per problem that says what was expected and what is there:
-    GPUs with the same problem share one line (C(GPUs 0-7: ...)); C(mismatches) keeps a line per GPU.
+    stopped. On a mismatch the task fails with a line per problem that says what was expected and what is there;
+    GPUs with the same problem share one line (such as C(GPUs 0-7 ...)), and RV(mismatches) keeps a line per GPU.
   - With O(timeout), the check is repeated every O(interval) seconds until it holds (freed memory can take seconds
     to show after a stop, a large model loads for minutes); RV(waited) says how long it took.
   - Memory comes from the NVML v2 memory call where the driver has it (then RV(gpus[].memory_used_mib) excludes the
