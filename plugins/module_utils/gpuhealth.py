@@ -380,8 +380,10 @@ def evaluate_gpu(gpu, thresholds, allowed=None):
     problems, notes = [], []
     if gpu.get("error"):
         err = gpu["error"]
-        problems.append("%s: NVML cannot query it: %s (%s); a host with a GPU in this state must not serve: look for "
-                        "Xid errors in 'dmesg'" % (label, err.get("name"), err.get("text")))
+        message = err.get("message") or ""
+        hint = message.split(". ", 1)[1] if ". " in message else "Look for Xid errors in 'dmesg'."
+        problems.append("%s: NVML cannot query it: %s (%s); a host with a GPU in this state must not serve. %s" % (
+            label, err.get("name"), err.get("text"), hint))
         return problems, notes
 
     unc = gpu.get("ecc_uncorrected_volatile")
