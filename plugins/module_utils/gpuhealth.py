@@ -114,7 +114,8 @@ def _whole(value):
 def validate_thresholds(thresholds, pids=None, parent_pid=None):
     """Sentences, one per problem of THRESHOLDS and the allowed PIDs (empty list when valid)."""
     problems = []
-    thresholds = thresholds or {}
+    if thresholds is None:
+        thresholds = {}
     if not isinstance(thresholds, dict):
         return ["thresholds must be a dictionary such as {max_temperature_c: 85}; got %r" % (thresholds,)]
     unknown = sorted(set(thresholds) - set(DEFAULT_THRESHOLDS))
