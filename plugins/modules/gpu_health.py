@@ -107,7 +107,8 @@ options:
   fail_when_unhealthy:
     description:
       - If V(true), the task fails when any GPU has a problem or NVML cannot be used, with every problem in the
-        message. If V(false), it succeeds and RV(healthy) says the verdict (for the audit, or to skip a host).
+        message (GPUs with the same problem on one line, such as C(GPUs 0-7); RV(problems) keeps a line per GPU).
+      - If V(false), it succeeds and RV(healthy) says the verdict (for the audit, or to skip a host).
     type: bool
     default: true
   call_timeout:
@@ -309,6 +310,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import (
     thresholds_argument_spec,
     validate_thresholds,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import compact_mismatches
 
 
 def main():
@@ -334,7 +336,11 @@ def main():
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
     effective = effective_thresholds(thresholds)
-    result = check_bounded(effective, allowed_pids(params["allowed_pids"], parent), params["call_timeout"])
+    allowed = allowed_pids(params["allowed_pids"], parent)
+    result = check_bounded(effective, allowed, params["call_timeout"])
+    if parent and parent not in allowed:
+        result["notes"].append("allowed_parent_pid %d is not a running process (a stale MainPID?): no process was "
+                               "allowed through it" % parent)
     result["check_mode"] = module.check_mode
     if params["register_facts"]:
         result["ansible_facts"] = {"gpufleet_gpu_health": dict(
@@ -344,7 +350,7 @@ def main():
         if not result["nvml_available"]:
             msg = "GPU health cannot be judged: %s" % (result["nvml_error"] or {}).get("message", "NVML is not usable")
         else:
-            msg = "\n".join(["GPU health: %s:" % result["summary"]] + result["problems"])
+            msg = "\n".join(["GPU health: %s:" % result["summary"]] + compact_mismatches(result["problems"]))
         module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 

@@ -237,10 +237,25 @@ def test_descendants_of_the_allowed_parent_are_allowed(lib_dir, state_file):
         # the holder is no descendant of the other process
         res, problem = unhealthy(state_file, lib_dir, {"allowed_parent_pid": other.pid})
         assert "pid %d" % holder.pid in problem
+        assert res["notes"] == []
     finally:
         for proc in (holder, other):
             proc.kill()
             proc.wait()
+
+
+def test_allowed_parent_not_running_is_noted(lib_dir, state_file):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    holder = spawn_holder()
+    try:
+        state.claim(holder.pid, 90000, [3], state_file)
+        res, problem = unhealthy(state_file, lib_dir, {"allowed_parent_pid": gone.pid})
+        assert res["notes"] == ["allowed_parent_pid %d is not a running process (a stale MainPID?): no process was "
+                                "allowed through it" % gone.pid]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_not_supported_fields_are_unknown_not_failing(lib_dir, state_file):
@@ -294,6 +309,16 @@ def test_several_faults_on_several_gpus(lib_dir, state_file):
     assert len(res["gpus"][6]["problems"]) == 2 and len(res["problems"]) == 3
     assert res["msg"].splitlines()[0] == "GPU health: 2 of 8 GPUs unhealthy (GPUs 1, 6):"
     assert all(line.startswith(("GPU 1 (bus 2A): ", "GPU 6 (bus BA): ")) for line in res["msg"].splitlines()[1:])
+
+
+def test_same_problem_on_every_gpu_is_one_line(lib_dir, state_file):
+    set_state(state_file, default__persistence_mode=0)
+    rc, res = run_module({}, state_file, lib_dir)
+    assert rc == 1 and res["summary"] == "8 of 8 GPUs unhealthy (GPUs 0-7)"
+    assert len(res["problems"]) == 8
+    assert res["msg"] == ("GPU health: 8 of 8 GPUs unhealthy (GPUs 0-7):\nGPUs 0-7: persistence mode is off: the "
+                          "driver tears the GPU down whenever no process holds it, which slows every start and loses "
+                          "its state; enable it (nvidia-persistenced)")
 
 
 # ------------------------------------------------------------ bad options
