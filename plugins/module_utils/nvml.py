@@ -21,6 +21,8 @@ Public API (used by the ``nvml_vram`` module and by roles through it):
 * :func:`collect_bounded` -- :func:`collect` in a worker thread with a
   deadline: when NVML does not answer (a hung driver), the result says so
   (``nvml_error.name`` ``NVML_TIMEOUT``) instead of the task hanging.
+* :func:`call_bounded` -- any NVML work in a worker thread with a deadline
+  (the GPU health check uses it too).
 * :func:`load_pynvml` -- pynvml from this interpreter or from the
   nvidia-ml-py of another venv's site-packages (the audit runs with the
   host's own Python).
@@ -720,6 +722,31 @@ def collect(expect=None, timeout=0, interval=2.0, pynvml=None, clock=time.monoto
     return result
 
 
+def call_bounded(work, limit, name="nvml-read"):
+    """WORK() in a daemon thread, waited for LIMIT seconds at most.
+
+    Returns ("result", its value), ("error", the exception it raised) or
+    ("timeout", None).  NVML calls cannot be interrupted: on a timeout the
+    thread is left behind (it ends with the process).
+    """
+    box = {}
+
+    def run():
+        try:
+            box["result"] = work()
+        except Exception as exc:  # pylint: disable=broad-except
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    worker.join(limit)
+    if "result" in box:
+        return "result", box["result"]
+    if "error" in box:
+        return "error", box["error"]
+    return "timeout", None
+
+
 def collect_bounded(expect=None, timeout=0, interval=2.0, call_timeout=60, pynvml=None, clock=time.monotonic,
                     sleep=time.sleep):
     """:func:`collect` in a daemon thread, given TIMEOUT + CALL_TIMEOUT seconds in all.
@@ -729,25 +756,16 @@ def collect_bounded(expect=None, timeout=0, interval=2.0, call_timeout=60, pynvm
     result says NVML_TIMEOUT. Any exception of the reading becomes an
     NVML_UNEXPECTED error in the result, never a traceback.
     """
-    box = {}
-
-    def work():
-        try:
-            box["result"] = collect(expect=expect, timeout=timeout, interval=interval, pynvml=pynvml, clock=clock,
-                                    sleep=sleep)
-        except Exception as exc:  # pylint: disable=broad-except
-            box["error"] = exc
-
     limit = max(0.0, float(timeout or 0)) + float(call_timeout)
     started = time.monotonic()
-    worker = threading.Thread(target=work, name="nvml-read", daemon=True)
-    worker.start()
-    worker.join(limit)
-    if "result" in box:
-        return box["result"]
+    status, value = call_bounded(
+        lambda: collect(expect=expect, timeout=timeout, interval=interval, pynvml=pynvml, clock=clock, sleep=sleep),
+        limit)
+    if status == "result":
+        return value
     result = _empty_result()
-    if "error" in box:
-        result["nvml_error"] = _unexpected(box["error"]).to_dict()
+    if status == "error":
+        result["nvml_error"] = _unexpected(value).to_dict()
     else:
         err = NvmlUnavailable("NVML_TIMEOUT", "NVML did not answer within %s s (call_timeout %s s after timeout %s s)"
                               % (round(limit, 1), call_timeout, timeout or 0))

@@ -198,6 +198,18 @@ typedef struct {
     long long held_until;        /* Unix time, seconds */
     int cc_major, cc_minor;
     nvmlReturn_t error; /* returned by every query on this GPU's handle */
+    /* health (see state.py): */
+    int ecc_mode, ecc_pending_mode;
+    unsigned long long ecc_uncorrected_volatile, ecc_uncorrected_aggregate;
+    unsigned long long ecc_corrected_volatile, ecc_corrected_aggregate;
+    int retired_pages_pending;
+    unsigned int remapped_corrected, remapped_uncorrected, remapped_pending, remapped_failure;
+    unsigned long long clocks_event_reasons;
+    unsigned int temperature_c, temperature_slowdown_c, temperature_shutdown_c;
+    unsigned int power_mw, power_limit_mw;
+    unsigned int pcie_gen, pcie_width, pcie_max_gen, pcie_max_width, pcie_gpu_max_gen;
+    int persistence_mode;
+    unsigned int unsupported; /* FIELD_* bits: those calls answer NOT_SUPPORTED */
     int nprocs;
     proc_t procs[MAX_PROCS];
 } gpu_t;
@@ -358,6 +370,76 @@ static void default_uuid(char *out, size_t size, const char *hostname, int index
              h1 & 0xffffULL, h2 >> 48, h2 & 0xffffffffffffULL);
 }
 
+/* Health calls that `unsupported=` can make answer NVML_ERROR_NOT_SUPPORTED. */
+enum {
+    FIELD_ECC = 1U << 0,           /* nvmlDeviceGetTotalEccErrors */
+    FIELD_ECC_MODE = 1U << 1,      /* nvmlDeviceGetEccMode */
+    FIELD_RETIRED_PAGES = 1U << 2, /* nvmlDeviceGetRetiredPagesPendingStatus */
+    FIELD_REMAPPED_ROWS = 1U << 3, /* nvmlDeviceGetRemappedRows */
+    FIELD_CLOCKS = 1U << 4,        /* nvmlDeviceGetCurrentClocks{Event,Throttle}Reasons */
+    FIELD_TEMPERATURE = 1U << 5,   /* nvmlDeviceGetTemperature(V) */
+    FIELD_TEMP_THRESHOLD = 1U << 6,/* nvmlDeviceGetTemperatureThreshold */
+    FIELD_POWER = 1U << 7,         /* nvmlDeviceGetPowerUsage */
+    FIELD_POWER_LIMIT = 1U << 8,   /* nvmlDeviceGetEnforcedPowerLimit */
+    FIELD_PCIE = 1U << 9,          /* nvmlDevice{Get,GetGpu}{Curr,Max}PcieLink* */
+    FIELD_PERSISTENCE = 1U << 10,  /* nvmlDeviceGetPersistenceMode */
+};
+
+static const struct {
+    const char *name;
+    unsigned int bit;
+} FIELDS[] = {
+    {"ecc", FIELD_ECC},
+    {"ecc_mode", FIELD_ECC_MODE},
+    {"retired_pages", FIELD_RETIRED_PAGES},
+    {"remapped_rows", FIELD_REMAPPED_ROWS},
+    {"clocks_event_reasons", FIELD_CLOCKS},
+    {"temperature", FIELD_TEMPERATURE},
+    {"temperature_threshold", FIELD_TEMP_THRESHOLD},
+    {"power", FIELD_POWER},
+    {"power_limit", FIELD_POWER_LIMIT},
+    {"pcie", FIELD_PCIE},
+    {"persistence_mode", FIELD_PERSISTENCE},
+};
+
+#define N_FIELDS ((int)(sizeof(FIELDS) / sizeof(FIELDS[0])))
+
+/* "ecc,remapped_rows" -> the FIELD_* bits; unknown names are ignored, "all" is every field */
+static unsigned int parse_fields(const char *v)
+{
+    char buf[512];
+    char *save = NULL;
+    unsigned int bits = 0;
+    copy_str(buf, sizeof(buf), v);
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        item = trim(item);
+        if (strcasecmp(item, "all") == 0)
+            bits = ~0U;
+        for (int i = 0; i < N_FIELDS; i++)
+            if (strcasecmp(item, FIELDS[i].name) == 0)
+                bits |= FIELDS[i].bit;
+    }
+    return bits;
+}
+
+/* a 32-bit counter or reading; out of range or not a number: the fallback */
+static unsigned int parse_uint(const char *v, unsigned int fallback)
+{
+    unsigned long long x = parse_ull(v, fallback);
+    return x > 0xffffffffULL ? fallback : (unsigned int)x;
+}
+
+/* a bit mask, decimal or 0x hexadecimal */
+static unsigned long long parse_mask(const char *v, unsigned long long fallback)
+{
+    char *end = NULL;
+    unsigned long long x;
+    if (*v == '-')
+        return fallback;
+    x = strtoull(v, &end, 0);
+    return (end && end != v && *end == '\0') ? x : fallback;
+}
+
 /* Bus numbers of an 8-GPU server; further GPUs go to the next PCI domains. */
 static const unsigned int DEFAULT_BUS[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
@@ -391,6 +473,54 @@ static void set_gpu_key(gpu_t *g, const char *key, const char *value)
             g->error = error_from_name(value);
     } else if (strcmp(key, "procs") == 0)
         parse_procs(g, value);
+    else if (strcmp(key, "ecc_mode") == 0)
+        g->ecc_mode = g->ecc_pending_mode = parse_bool(value);
+    else if (strcmp(key, "ecc_pending_mode") == 0)
+        g->ecc_pending_mode = parse_bool(value);
+    else if (strcmp(key, "ecc_uncorrected_volatile") == 0)
+        g->ecc_uncorrected_volatile = parse_ull(value, g->ecc_uncorrected_volatile);
+    else if (strcmp(key, "ecc_uncorrected_aggregate") == 0)
+        g->ecc_uncorrected_aggregate = parse_ull(value, g->ecc_uncorrected_aggregate);
+    else if (strcmp(key, "ecc_corrected_volatile") == 0)
+        g->ecc_corrected_volatile = parse_ull(value, g->ecc_corrected_volatile);
+    else if (strcmp(key, "ecc_corrected_aggregate") == 0)
+        g->ecc_corrected_aggregate = parse_ull(value, g->ecc_corrected_aggregate);
+    else if (strcmp(key, "retired_pages_pending") == 0)
+        g->retired_pages_pending = parse_bool(value);
+    else if (strcmp(key, "remapped_rows_corrected") == 0)
+        g->remapped_corrected = parse_uint(value, g->remapped_corrected);
+    else if (strcmp(key, "remapped_rows_uncorrected") == 0)
+        g->remapped_uncorrected = parse_uint(value, g->remapped_uncorrected);
+    else if (strcmp(key, "remapped_rows_pending") == 0)
+        g->remapped_pending = parse_bool(value);
+    else if (strcmp(key, "remapped_rows_failure") == 0)
+        g->remapped_failure = parse_bool(value);
+    else if (strcmp(key, "clocks_event_reasons") == 0)
+        g->clocks_event_reasons = parse_mask(value, g->clocks_event_reasons);
+    else if (strcmp(key, "temperature_c") == 0)
+        g->temperature_c = parse_uint(value, g->temperature_c);
+    else if (strcmp(key, "temperature_slowdown_c") == 0)
+        g->temperature_slowdown_c = parse_uint(value, g->temperature_slowdown_c);
+    else if (strcmp(key, "temperature_shutdown_c") == 0)
+        g->temperature_shutdown_c = parse_uint(value, g->temperature_shutdown_c);
+    else if (strcmp(key, "power_mw") == 0)
+        g->power_mw = parse_uint(value, g->power_mw);
+    else if (strcmp(key, "power_limit_mw") == 0)
+        g->power_limit_mw = parse_uint(value, g->power_limit_mw);
+    else if (strcmp(key, "pcie_gen") == 0)
+        g->pcie_gen = parse_uint(value, g->pcie_gen);
+    else if (strcmp(key, "pcie_width") == 0)
+        g->pcie_width = parse_uint(value, g->pcie_width);
+    else if (strcmp(key, "pcie_max_gen") == 0)
+        g->pcie_max_gen = parse_uint(value, g->pcie_max_gen);
+    else if (strcmp(key, "pcie_max_width") == 0)
+        g->pcie_max_width = parse_uint(value, g->pcie_max_width);
+    else if (strcmp(key, "pcie_gpu_max_gen") == 0)
+        g->pcie_gpu_max_gen = parse_uint(value, g->pcie_gpu_max_gen);
+    else if (strcmp(key, "persistence_mode") == 0)
+        g->persistence_mode = parse_bool(value);
+    else if (strcmp(key, "unsupported") == 0)
+        g->unsupported = parse_fields(value);
 }
 
 static void apply_lines(state_t *st, const char *text, int pass)
@@ -467,6 +597,17 @@ static state_t *load_state(nvmlReturn_t *rc)
     st->defaults.cc_major = 12;
     st->defaults.cc_minor = 0;
     st->defaults.pci_device_id = 0x2bb510de;
+    /* a healthy, idle RTX PRO 6000 Blackwell Server Edition */
+    st->defaults.ecc_mode = st->defaults.ecc_pending_mode = 1;
+    st->defaults.clocks_event_reasons = 0x1; /* GPU idle */
+    st->defaults.temperature_c = 35;
+    st->defaults.temperature_slowdown_c = 90;
+    st->defaults.temperature_shutdown_c = 95;
+    st->defaults.power_mw = 32000;
+    st->defaults.power_limit_mw = 600000;
+    st->defaults.pcie_gen = st->defaults.pcie_max_gen = st->defaults.pcie_gpu_max_gen = 5;
+    st->defaults.pcie_width = st->defaults.pcie_max_width = 16;
+    st->defaults.persistence_mode = 1;
 
     f = fopen(state_path(), "r");
     if (!f) {
@@ -1115,4 +1256,236 @@ NVML_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t de
                                                                  nvmlProcessInfo_v2_t *infos)
 {
     return running_processes(device, infoCount, infos, 3, 0);
+}
+
+/* ---- health ------------------------------------------------------------ */
+
+/* begin_device, then NOT_SUPPORTED when `unsupported=` names the field */
+static nvmlReturn_t begin_field(nvmlDevice_t device, unsigned int field, state_t **st, gpu_t **g)
+{
+    nvmlReturn_t rc = begin_device(device, st, g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if ((*g)->unsupported & field) {
+        free(*st);
+        *st = NULL;
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    return NVML_SUCCESS;
+}
+
+/* One unsigned int reading of the GPU (the getters below). */
+typedef unsigned int (*uint_getter)(const gpu_t *g);
+
+static nvmlReturn_t get_uint(nvmlDevice_t device, unsigned int field, uint_getter get, unsigned int *out)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, field, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *out = get(g);
+    free(st);
+    return NVML_SUCCESS;
+}
+
+static unsigned int get_power(const gpu_t *g) { return g->power_mw; }
+static unsigned int get_power_limit(const gpu_t *g) { return g->power_limit_mw; }
+static unsigned int get_pcie_gen(const gpu_t *g) { return g->pcie_gen; }
+static unsigned int get_pcie_width(const gpu_t *g) { return g->pcie_width; }
+/* the most the link can do: the lower of the GPU's and the slot's maximum */
+static unsigned int get_pcie_max_gen(const gpu_t *g) { return g->pcie_max_gen; }
+static unsigned int get_pcie_max_width(const gpu_t *g) { return g->pcie_max_width; }
+static unsigned int get_pcie_gpu_max_gen(const gpu_t *g) { return g->pcie_gpu_max_gen; }
+static unsigned int get_persistence(const gpu_t *g) { return (unsigned int)g->persistence_mode; }
+static unsigned int get_retired_pending(const gpu_t *g) { return (unsigned int)g->retired_pages_pending; }
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    return get_uint(device, FIELD_POWER, get_power, power);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return get_uint(device, FIELD_POWER_LIMIT, get_power_limit, limit);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen)
+{
+    return get_uint(device, FIELD_PCIE, get_pcie_gen, currLinkGen);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth)
+{
+    return get_uint(device, FIELD_PCIE, get_pcie_width, currLinkWidth);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen)
+{
+    return get_uint(device, FIELD_PCIE, get_pcie_max_gen, maxLinkGen);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth)
+{
+    return get_uint(device, FIELD_PCIE, get_pcie_max_width, maxLinkWidth);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice)
+{
+    return get_uint(device, FIELD_PCIE, get_pcie_gpu_max_gen, maxLinkGenDevice);
+}
+
+/* nvmlEnableState_t: 0 disabled, 1 enabled */
+NVML_API nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return get_uint(device, FIELD_PERSISTENCE, get_persistence, mode);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigned int *isPending)
+{
+    return get_uint(device, FIELD_RETIRED_PAGES, get_retired_pending, isPending);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_ECC_MODE, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *current = (unsigned int)g->ecc_mode;
+    *pending = (unsigned int)g->ecc_pending_mode;
+    free(st);
+    return NVML_SUCCESS;
+}
+
+/* errorType 0 corrected, 1 uncorrected; counterType 0 volatile, 1 aggregate.
+   With ECC off the counters are not kept: NOT_SUPPORTED, as nvidia-smi's N/A. */
+NVML_API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType,
+                                                  unsigned int counterType, unsigned long long *eccCounts)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!eccCounts || errorType > 1 || counterType > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_ECC, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!g->ecc_mode) {
+        free(st);
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    if (errorType == 1)
+        *eccCounts = counterType == 0 ? g->ecc_uncorrected_volatile : g->ecc_uncorrected_aggregate;
+    else
+        *eccCounts = counterType == 0 ? g->ecc_corrected_volatile : g->ecc_corrected_aggregate;
+    free(st);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                                unsigned int *isPending, unsigned int *failureOccurred)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_REMAPPED_ROWS, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *corrRows = g->remapped_corrected;
+    *uncRows = g->remapped_uncorrected;
+    *isPending = g->remapped_pending;
+    *failureOccurred = g->remapped_failure;
+    free(st);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_CLOCKS, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *reasons = g->clocks_event_reasons;
+    free(st);
+    return NVML_SUCCESS;
+}
+
+/* the older name of the same call */
+NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons)
+{
+    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+
+/* sensorType 0 (NVML_TEMPERATURE_GPU) is the only sensor */
+NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType, unsigned int *temp)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!temp || sensorType != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_TEMPERATURE, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    *temp = g->temperature_c;
+    free(st);
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int version;
+    unsigned int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+
+#define nvmlTemperature_v1 NVML_STRUCT_VERSION(sizeof(nvmlTemperature_v1_t), 1)
+
+NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
+{
+    unsigned int t = 0;
+    nvmlReturn_t rc;
+    if (!temperature)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != nvmlTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    rc = nvmlDeviceGetTemperature(device, temperature->sensorType, &t);
+    if (rc == NVML_SUCCESS)
+        temperature->temperature = (int)t;
+    return rc;
+}
+
+/* thresholdType 0 shutdown, 1 slowdown, 3 GPU max (the slowdown temperature here); others NOT_SUPPORTED */
+NVML_API nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, unsigned int thresholdType,
+                                                        unsigned int *temp)
+{
+    state_t *st;
+    gpu_t *g;
+    nvmlReturn_t rc;
+    if (!temp)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    rc = begin_field(device, FIELD_TEMP_THRESHOLD, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (thresholdType == 0)
+        *temp = g->temperature_shutdown_c;
+    else if (thresholdType == 1 || thresholdType == 3)
+        *temp = g->temperature_slowdown_c;
+    else
+        rc = NVML_ERROR_NOT_SUPPORTED;
+    free(st);
+    return rc;
 }

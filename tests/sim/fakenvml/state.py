@@ -55,6 +55,47 @@ Per-GPU keys (``i`` from 0 to gpu_count-1) override the defaults::
                                    not alive is ignored (as the driver frees
                                    a dead process's memory)
 
+Health keys, per GPU (``gpu.<i>.KEY``) or for all (``default.KEY``); the
+defaults are a healthy, idle RTX PRO 6000 Blackwell Server Edition::
+
+    ecc_mode=1                     nvmlDeviceGetEccMode (current and pending);
+    ecc_pending_mode=1             with ECC off the error counters answer
+                                   NOT_SUPPORTED (nvidia-smi's N/A)
+    ecc_uncorrected_volatile=0     nvmlDeviceGetTotalEccErrors: uncorrected
+    ecc_uncorrected_aggregate=0    since the driver loaded / over the GPU's
+    ecc_corrected_volatile=0       life, and the corrected ones
+    ecc_corrected_aggregate=0
+    retired_pages_pending=0        nvmlDeviceGetRetiredPagesPendingStatus
+    remapped_rows_corrected=0      nvmlDeviceGetRemappedRows: rows remapped
+    remapped_rows_uncorrected=0    for corrected / uncorrected errors, a
+    remapped_rows_pending=0        remapping waiting for a GPU reset, a
+    remapped_rows_failure=0        remapping that failed
+    clocks_event_reasons=0x1       nvmlDeviceGetCurrentClocksEventReasons (and
+                                   ...ThrottleReasons): the nvmlClocksEventReason
+                                   bits, decimal or 0x hex: 0x1 GPU idle, 0x2
+                                   applications clocks, 0x4 SW power cap, 0x8 HW
+                                   slowdown, 0x20 SW thermal, 0x40 HW thermal,
+                                   0x80 HW power brake
+    temperature_c=35               nvmlDeviceGetTemperature(V), GPU sensor
+    temperature_slowdown_c=90      nvmlDeviceGetTemperatureThreshold: slowdown
+    temperature_shutdown_c=95      (and GPU max) / shutdown
+    power_mw=32000                 nvmlDeviceGetPowerUsage (milliwatts)
+    power_limit_mw=600000          nvmlDeviceGetEnforcedPowerLimit
+    pcie_gen=5  pcie_width=16      nvmlDeviceGetCurrPcieLinkGeneration/Width
+    pcie_max_gen=5                 nvmlDeviceGetMaxPcieLinkGeneration/Width (the
+    pcie_max_width=16              most the GPU and its slot can do)
+    pcie_gpu_max_gen=5             nvmlDeviceGetGpuMaxPcieLinkGeneration
+    persistence_mode=1             nvmlDeviceGetPersistenceMode
+    unsupported=                   comma-separated calls that answer
+                                   NVML_ERROR_NOT_SUPPORTED, as on cards
+                                   without the feature: ecc, ecc_mode,
+                                   retired_pages, remapped_rows,
+                                   clocks_event_reasons, temperature,
+                                   temperature_threshold, power, power_limit,
+                                   pcie, persistence_mode, or all
+
+A number that cannot be read (or out of range) keeps the default.
+
 Memory used on a GPU = base_used_mib + held_mib (before held_until) + the
 MiB of its live processes,
 capped at total_mib - reserved_mib; free = total - reserved - used.

@@ -1,0 +1,359 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: gpu_health
+short_description: Judge the health of a host's GPUs through NVML before the host is touched
+version_added: 0.1.0
+description:
+  - Reads every GPU of the host through NVML with nvidia-ml-py (C(pynvml)), never by parsing C(nvidia-smi) output,
+    and judges it against O(thresholds) - uncorrected ECC errors, retired pages pending, memory row remapping pending
+    or failed, clock event (throttle) reasons, temperature, PCIe link generation and width below the card's maximum,
+    persistence mode, and compute processes other than the allowed ones.
+  - Each problem is a sentence that names the GPU (index and PCI bus), what was found, the limit and why it matters;
+    for example GPU 3 (bus 5D) with a PCIe link at Gen3 x16 where the card can do Gen5 x16 is a degraded link, and
+    a degraded link starves all-reduce over PCIe.
+  - Each field is read on its own. A field the card or driver does not have (NVML answers C(NOT_SUPPORTED) or the call
+    does not exist, as for ECC on a card without it) is V(null), listed in RV(gpus[].unknown) and not judged; it never
+    fails the task.
+  - A PCIe generation below the maximum on an idle GPU is normal (the link slows down to save power) and is only a
+    note, unless O(thresholds.pcie_gen_below_max_when_idle_is_problem=true); a width below the maximum always counts.
+  - Read-only; RV(changed) is always V(false).
+options:
+  thresholds:
+    description:
+      - The limits. Every key is optional; one not given keeps its default.
+    type: dict
+    suboptions:
+      max_uncorrected_ecc_errors:
+        description:
+          - The most uncorrected ECC errors since the driver loaded (volatile counter) a GPU may have.
+        type: int
+        default: 0
+      max_uncorrected_ecc_errors_aggregate:
+        description:
+          - The most uncorrected ECC errors over the GPU's life (aggregate counter); not judged when unset.
+        type: int
+      retired_pages_pending_allowed:
+        description:
+          - Whether a retired memory page waiting for a GPU reset is acceptable.
+        type: bool
+        default: false
+      remapped_rows_pending_allowed:
+        description:
+          - Whether a memory row remapping waiting for a GPU reset is acceptable.
+        type: bool
+        default: false
+      remapped_rows_failure_allowed:
+        description:
+          - Whether a failed memory row remapping (no spare row left) is acceptable.
+        type: bool
+        default: false
+      throttle_reasons:
+        description:
+          - The clock event reasons that count as a problem, from V(gpu_idle), V(applications_clocks_setting),
+            V(sw_power_cap), V(hw_slowdown), V(sync_boost), V(sw_thermal_slowdown), V(hw_thermal_slowdown),
+            V(hw_power_brake_slowdown), V(display_clock_setting), V(board_limit) and V(reliability).
+          - The default leaves out V(gpu_idle) and V(applications_clocks_setting) (normal) and V(sw_power_cap)
+            (normal under full load); add it to catch a power cap set too low.
+        type: list
+        elements: str
+        default: [hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown]
+      max_temperature_c:
+        description:
+          - The highest GPU temperature in degrees Celsius, from 20 to 120.
+        type: int
+        default: 85
+      pcie_below_max_is_problem:
+        description:
+          - Whether a PCIe link below the card's maximum generation or width is a problem.
+        type: bool
+        default: true
+      pcie_gen_below_max_when_idle_is_problem:
+        description:
+          - Whether a generation below the maximum counts while the GPU is idle (clock event reason V(gpu_idle)), when
+            the link slows down to save power.
+        type: bool
+        default: false
+      persistence_mode_required:
+        description:
+          - Whether persistence mode off is a problem.
+        type: bool
+        default: true
+      other_processes_allowed:
+        description:
+          - Whether compute processes other than O(allowed_pids) and the family of O(allowed_parent_pid) may be on
+            the GPUs.
+        type: bool
+        default: false
+  allowed_pids:
+    description:
+      - Process ids that may use the GPUs.
+    type: list
+    elements: int
+    default: []
+  allowed_parent_pid:
+    description:
+      - A process id, such as the C(MainPID) of the vLLM unit, that may use the GPUs together with all its descendants
+        (vLLM's workers are its children), read from C(/proc) in one bounded walk. V(0) or unset - none.
+    type: int
+  fail_when_unhealthy:
+    description:
+      - If V(true), the task fails when any GPU has a problem or NVML cannot be used, with every problem in the
+        message (GPUs with the same problem on one line, such as C(GPUs 0-7); RV(problems) keeps a line per GPU).
+      - If V(false), it succeeds and RV(healthy) says the verdict (for the audit, or to skip a host).
+    type: bool
+    default: true
+  call_timeout:
+    description:
+      - Seconds NVML may take to answer. NVML calls cannot be interrupted, so a hung driver would hang the task; past
+        this limit the module stops waiting and reports RV(nvml_error.name=NVML_TIMEOUT).
+    type: int
+    default: 60
+  register_facts:
+    description:
+      - If V(true), also return the result as the host fact C(gpufleet_gpu_health) (see RV(ansible_facts)).
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; check mode runs the same queries and judgement.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+notes:
+  - Needs the NVIDIA driver (its C(libnvidia-ml.so.1)) and the Python package nvidia-ml-py on the managed host.
+  - Reading other users' processes (their names, and C(/proc) for O(allowed_parent_pid)) needs C(become).
+requirements:
+  - Python 3.10 or newer on the managed host.
+  - nvidia-ml-py (the C(pynvml) module) on the managed host.
+  - The NVIDIA driver with C(libnvidia-ml.so.1).
+seealso:
+  - module: gpufleet.vllm.nvml_vram
+  - name: NVML API reference
+    description: The NVIDIA Management Library calls this module makes.
+    link: https://docs.nvidia.com/deploy/nvml-api/
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Refuse to touch a host with an unhealthy GPU
+  gpufleet.vllm.gpu_health:
+
+- name: Judge the GPUs while vLLM runs (its processes allowed), without failing, for the audit
+  gpufleet.vllm.gpu_health:
+    allowed_parent_pid: "{{ vllm_unit.status.MainPID | int }}"
+    fail_when_unhealthy: false
+    register_facts: true
+  register: health
+
+- name: Stricter limits - 80 C, and a power cap counts as a problem
+  gpufleet.vllm.gpu_health:
+    thresholds:
+      max_temperature_c: 80
+      throttle_reasons: [hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown, sw_power_cap]
+
+- name: Skip the host when unhealthy
+  ansible.builtin.meta: end_host
+  when: not health.healthy
+"""
+
+RETURN = r"""
+check_mode:
+  description: Whether the module ran in check mode (it reads only).
+  returned: always
+  type: bool
+  sample: false
+changed:
+  description: Always V(false); the module only reads.
+  returned: always
+  type: bool
+  sample: false
+healthy:
+  description: Whether NVML answered, found at least one GPU, and no GPU has a problem.
+  returned: always
+  type: bool
+  sample: true
+summary:
+  description: One line for the operator.
+  returned: always
+  type: str
+  sample: "1 of 8 GPUs unhealthy (GPU 3)"
+problems:
+  description: Every problem of every GPU, one sentence each.
+  returned: always
+  type: list
+  elements: str
+  sample: ["GPU 3 (bus 5D): PCIe link Gen3 x16, the card can do Gen5 x16: a degraded link starves all-reduce over
+           PCIe; reseat the card or check its slot and riser"]
+notes:
+  description: What was seen and is not a problem (a PCIe generation below the maximum while idle).
+  returned: always
+  type: list
+  elements: str
+nvml_available:
+  description: Whether NVML could be opened.
+  returned: always
+  type: bool
+nvml_error:
+  description: The NVML fault (C(name), C(text), C(gpu_index), C(message)) when NVML cannot be used, else V(null).
+  returned: always
+  type: dict
+gpu_count:
+  description: The number of GPUs NVML reports.
+  returned: always
+  type: int
+  sample: 8
+thresholds:
+  description: The thresholds applied, defaults filled in.
+  returned: always
+  type: dict
+gpus:
+  description: One entry per GPU with its readings (V(null) where unknown), problems and notes.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: The NVML index.
+      type: int
+    name:
+      description: The product name.
+      type: str
+    uuid:
+      description: The GPU UUID.
+      type: str
+    pci_bus_id:
+      description: The PCI bus id.
+      type: str
+    ecc_mode:
+      description: Whether ECC is on (V(null) when unknown); C(ecc_mode_pending) is the mode after the next reset.
+      type: bool
+    ecc_uncorrected_volatile:
+      description: Uncorrected ECC errors since the driver loaded; C(ecc_corrected_volatile), C(ecc_uncorrected_aggregate)
+        and C(ecc_corrected_aggregate) are the other counters.
+      type: int
+    retired_pages_pending:
+      description: Whether a retired page waits for a reset.
+      type: bool
+    remapped_rows_pending:
+      description: Whether a row remapping waits for a reset; C(remapped_rows_failure), C(remapped_rows_corrected) and
+        C(remapped_rows_uncorrected) are the other remapping figures.
+      type: bool
+    clocks_event_reasons:
+      description: The NVML clock event reasons bit mask; C(clocks_event_reason_names) lists them by name.
+      type: int
+    temperature_c:
+      description: The GPU temperature in degrees Celsius; C(temperature_slowdown_c) is where the card slows down.
+      type: int
+    power_w:
+      description: The power draw in watts; C(power_limit_w) is the enforced limit.
+      type: float
+    pcie_gen:
+      description: The current PCIe link generation; C(pcie_width), C(pcie_max_gen), C(pcie_max_width) and
+        C(pcie_gpu_max_gen) are the width and the maximums.
+      type: int
+    persistence_mode:
+      description: Whether persistence mode is on.
+      type: bool
+    processes:
+      description: The compute processes (C(pid), C(used_mib), C(name)); V(null) when the driver cannot list them.
+      type: list
+      elements: dict
+    unknown:
+      description: The fields this card or driver cannot report (not judged).
+      type: list
+      elements: str
+      sample: [ecc_errors, remapped_rows]
+    error:
+      description: The NVML error that kept this GPU from being read (C(name), C(text), C(message)), else V(null).
+      type: dict
+    problems:
+      description: This GPU's problems.
+      type: list
+      elements: str
+    notes:
+      description: This GPU's notes.
+      type: list
+      elements: str
+    healthy:
+      description: Whether this GPU has no problem.
+      type: bool
+ansible_facts:
+  description: Only with O(register_facts=true).
+  returned: when O(register_facts=true)
+  type: dict
+  contains:
+    gpufleet_gpu_health:
+      description: C(healthy), C(summary), C(problems), C(notes), C(gpu_count) and C(gpus) (as RV(gpus)).
+      type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import (
+    allowed_pids,
+    check_bounded,
+    effective_thresholds,
+    thresholds_argument_spec,
+    validate_thresholds,
+)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import compact_mismatches
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            thresholds=thresholds_argument_spec(),
+            allowed_pids=dict(type="list", elements="int", default=[]),
+            allowed_parent_pid=dict(type="int"),
+            fail_when_unhealthy=dict(type="bool", default=True),
+            call_timeout=dict(type="int", default=60),
+            register_facts=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    thresholds = dict((k, v) for k, v in (params["thresholds"] or {}).items() if v is not None)
+    parent = params["allowed_parent_pid"] or None
+    problems = validate_thresholds(thresholds, params["allowed_pids"], parent)
+    if params["call_timeout"] < 1:
+        problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
+    if problems:
+        module.fail_json(msg="Invalid options for gpufleet.vllm.gpu_health: " + " ".join(
+            p if p.endswith(".") else p + "." for p in problems), changed=False)
+
+    effective = effective_thresholds(thresholds)
+    allowed = allowed_pids(params["allowed_pids"], parent)
+    result = check_bounded(effective, allowed, params["call_timeout"])
+    if parent and parent not in allowed:
+        result["notes"].append("allowed_parent_pid %d is not a running process (a stale MainPID?): no process was "
+                               "allowed through it" % parent)
+    result["check_mode"] = module.check_mode
+    if params["register_facts"]:
+        result["ansible_facts"] = {"gpufleet_gpu_health": dict(
+            (k, result[k]) for k in ("healthy", "summary", "problems", "notes", "gpu_count", "gpus"))}
+
+    if not result["healthy"] and params["fail_when_unhealthy"]:
+        if not result["nvml_available"]:
+            msg = "GPU health cannot be judged: %s" % (result["nvml_error"] or {}).get("message", "NVML is not usable")
+        else:
+            msg = "\n".join(["GPU health: %s:" % result["summary"]] + compact_mismatches(result["problems"]))
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
