@@ -221,13 +221,18 @@ _SHOW.maxlist = _SHOW.maxdict = _SHOW.maxtuple = 8
 _SHOW.maxlevel = 4
 
 
+# the most characters show() gives (reprlib bounds each part; escaping non-ASCII can make them 10 times longer)
+SHOW_MAX_CHARS = 1200
+
+
 def show(value):
-    """A short, bounded repr of VALUE for a message (any depth or size; plain ASCII)."""
+    """A short, bounded repr of VALUE for a message (any depth or size; plain ASCII, at most SHOW_MAX_CHARS)."""
     try:
         text = _SHOW.repr(value)
     except (RecursionError, ValueError, MemoryError):
         text = "<%s>" % type(value).__name__
-    return text.encode("ascii", "backslashreplace").decode("ascii")
+    text = text.encode("ascii", "backslashreplace").decode("ascii")
+    return text if len(text) <= SHOW_MAX_CHARS else text[:SHOW_MAX_CHARS - 3] + "..."
 
 
 def clean_text(value, limit=1000):

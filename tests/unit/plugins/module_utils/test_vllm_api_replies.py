@@ -167,3 +167,16 @@ def test_journal_lines_with_odd_bytes_and_huge_lines_are_valid_and_short():
 def test_any_journal_bytes_give_valid_lines(raw):
     lines = systemd.journal_tail(lambda argv: (0, raw.decode("utf-8", "surrogateescape"), ""), "/bin/jc", "v", 30)
     carried(lines)
+
+
+def test_show_stays_short_when_escaping_makes_a_bounded_repr_long():
+    # (found by the fuzz test above: 8 keys of 8 non-ASCII characters at 4 levels, each escaped to 10 characters)
+    word = "\U00041fa8" * 8
+    level = {word + str(i): None for i in range(8)}
+    for dummy in range(3):
+        level = {word + str(i): dict(level) for i in range(8)}
+    text = vllm_api.show({"detail": [level, level]})
+    assert len(text) <= vllm_api.SHOW_MAX_CHARS and text.endswith("...") and text.isascii()
+    message = str(vllm_api.VllmApiError("/version did not give a version: %s" % text))
+    assert len(message) < 2000
+    assert vllm_api.show({"a": 1}) == "{'a': 1}"
