@@ -208,9 +208,24 @@ nvml_available:
   returned: always
   type: bool
 nvml_error:
-  description: The NVML fault (C(name), C(text), C(gpu_index), C(message)) when NVML cannot be used, else V(null).
+  description: The NVML fault when NVML cannot be used, else V(null).
   returned: always
   type: dict
+  contains:
+    name:
+      description:
+        - The NVML error constant, for example C(NVML_ERROR_DRIVER_NOT_LOADED), or C(PYNVML_NOT_INSTALLED) when
+          nvidia-ml-py is missing, C(NVML_TIMEOUT) when NVML did not answer within O(call_timeout) seconds.
+      type: str
+    text:
+      description: The error text NVML gives for it, for example C(Driver Not Loaded).
+      type: str
+    gpu_index:
+      description: The GPU the error came from, or V(null) for a host-wide error.
+      type: int
+    message:
+      description: A sentence that says what is wrong and what to do.
+      type: str
 gpu_count:
   description: The number of GPUs NVML reports.
   returned: always
