@@ -5,6 +5,8 @@ puts this directory on sys.path)."""
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -66,3 +68,24 @@ def run_plays(plays, out):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     with open(errors_file, encoding="utf-8") as handle:
         return json.load(handle)
+
+
+def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
+    """Run the module file MODULE as Ansible does, against the fake NVML (LIB_DIR, STATE_FILE).
+
+    Returns (exit code, result dict); a traceback fails the test.
+    """
+    args = dict(args)
+    if check_mode:
+        args["_ansible_check_mode"] = True
+    directory = os.path.dirname(state_file)
+    os.makedirs(directory, exist_ok=True)
+    args_file = os.path.join(directory, "args.json")
+    with open(args_file, "w") as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
+    paths = ([pythonpath_extra] if pythonpath_extra else []) + [os.path.join(REPO, ".cache", "collections")]
+    env = dict(os.environ, LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=state_file, PYTHONPATH=os.pathsep.join(paths))
+    proc = subprocess.run([sys.executable, module, args_file], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc.returncode, json.loads(proc.stdout)

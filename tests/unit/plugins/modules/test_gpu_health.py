@@ -8,19 +8,17 @@ the arguments as JSON), with LD_LIBRARY_PATH at the fake libnvidia-ml.so.1 and
 FAKE_NVML_STATE at a temporary state file: the real pynvml code path.
 """
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from helpers import load_source
+from helpers import load_source, run_nvml_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
 MODULE = os.path.join(REPO, "plugins", "modules", "gpu_health.py")
-COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 
 state = load_source("fakenvml_state_for_gpu_health", "tests", "sim", "fakenvml", "state.py")
 
@@ -28,21 +26,9 @@ state = load_source("fakenvml_state_for_gpu_health", "tests", "sim", "fakenvml",
 # lib_dir and state_file: fixtures of tests/unit/conftest.py
 
 
-def run_module(args, state_file, lib_dir, check_mode=False):
+def run_module(args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
     """Run the module file like Ansible does; return (exit code, result dict)."""
-    args = dict(args)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    directory = os.path.dirname(state_file)
-    os.makedirs(directory, exist_ok=True)
-    args_file = os.path.join(directory, "args.json")
-    with open(args_file, "w") as f:
-        json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
-    env = dict(os.environ, LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=state_file, PYTHONPATH=COLLECTIONS)
-    proc = subprocess.run([sys.executable, MODULE, args_file], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return run_nvml_module(MODULE, args, state_file, lib_dir, check_mode=check_mode, pythonpath_extra=pythonpath_extra)
 
 
 def set_state(state_file, **pairs):

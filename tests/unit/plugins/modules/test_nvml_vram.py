@@ -18,14 +18,13 @@ import threading
 
 import pytest
 
-from helpers import load_source
+from helpers import load_source, run_nvml_module
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
 MODULE = os.path.join(REPO, "plugins", "modules", "nvml_vram.py")
-COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 FAKENVML = os.path.join(REPO, "tests", "sim", "fakenvml")
 DEFAULT_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
@@ -38,21 +37,7 @@ state = load_source("fakenvml_state_for_module", "tests", "sim", "fakenvml", "st
 
 def run_module(args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
     """Run the module file like Ansible does; return (exit code, result dict)."""
-    args = dict(args)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-    directory = os.path.dirname(state_file)
-    os.makedirs(directory, exist_ok=True)
-    args_file = os.path.join(directory, "args.json")
-    with open(args_file, "w") as f:
-        json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
-    paths = ([pythonpath_extra] if pythonpath_extra else []) + [COLLECTIONS]
-    env = dict(os.environ, LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=state_file, PYTHONPATH=os.pathsep.join(paths))
-    proc = subprocess.run([sys.executable, MODULE, args_file], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout)
-    return proc.returncode, result
+    return run_nvml_module(MODULE, args, state_file, lib_dir, check_mode=check_mode, pythonpath_extra=pythonpath_extra)
 
 
 def set_state(state_file, **pairs):
