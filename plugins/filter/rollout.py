@@ -309,7 +309,6 @@ def _builds(facts, status, before, integrity, plan_row, rollback_failure):
     integrity check read, else the run's target. A host that failed before
     its stop still serves its build before.
     """
-    tried = ""
     if status == "FAILED, rolled back" or rollback_failure:
         tried = _text(integrity.get("version")) or _text(_get(facts, "reinstall_target_version", ""))
         after = before if status == "FAILED, rolled back" else ""
@@ -320,7 +319,7 @@ def _builds(facts, status, before, integrity, plan_row, rollback_failure):
     after = integrity.get("version") or (before if status == "unchanged" else "")
     pristine = integrity.get("pristine") if integrity else (
         plan_row.get("pristine") if status == "unchanged" and plan_row else None)
-    return after, tried, pristine
+    return after, "", pristine
 
 
 def _text(value):

@@ -200,6 +200,14 @@ class Cutover(object):
         except SystemdError as exc:
             self._fail(step, "%s." % exc, journal=verb != "daemon-reload")
 
+    def _point(self, which, path, target):
+        """point_link(PATH, TARGET); on a failure _fail("switch") naming WHICH link."""
+        try:
+            return point_link(path, target)
+        except (OSError, ValueError) as exc:
+            self._fail("switch", "Cannot point the %s %s at %s: %s." % (which, path, target, exc))
+        return False
+
     def _wait_gpus(self, step, expect, timeout):
         res = self.collect(expect=expect, timeout=timeout, interval=self.vram.get("interval", 0.5))
         if not res["expectation_met"]:
@@ -278,16 +286,13 @@ class Cutover(object):
 
         if self.link:
             mark = self.clock()
-            which, path, target = "link", self.link, self.link_target
             try:
                 before = read_link(self.link) or self.previous_link_target
-                if self.previous_link and before and before != self.link_target:
-                    which, path, target = "previous link", self.previous_link, before
-                    point_link(self.previous_link, before)
-                which, path, target = "link", self.link, self.link_target
-                result["switched"] = point_link(self.link, self.link_target)
             except (OSError, ValueError) as exc:
-                self._fail("switch", "Cannot point the %s %s at %s: %s." % (which, path, target, exc))
+                self._fail("switch", "Cannot read the link %s: %s." % (self.link, exc))
+            if self.previous_link and before and before != self.link_target:
+                self._point("previous link", self.previous_link, before)
+            result["switched"] = self._point("link", self.link, self.link_target)
             result["link_after"] = read_link(self.link)
             phases["switch"] = self._since(mark)
 
