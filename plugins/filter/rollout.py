@@ -50,7 +50,9 @@ def audit_line(row):
         parts.append(packages + (": " + "; ".join(notes) if notes else ""))
     parts.append("%s %s" % (one_line(row.get("unit", "unit")), one_line(row.get("unit_state", "unknown"))))
     # every problem, whole: the line is what an operator acts on
-    for problems in (row.get("config_errors"), row.get("gpu_problems")):
+    if row.get("health_problems"):
+        parts.append("GPU health: %s" % one_line(row.get("gpu_health") or "not healthy"))
+    for problems in (row.get("config_errors"), row.get("gpu_problems"), row.get("health_problems")):
         if problems:
             parts.extend(one_line(problem) for problem in (problems if isinstance(problems, (list, tuple)) else [problems]))
     return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
@@ -205,9 +207,37 @@ def rollout_needs(plan, target_version=None, unit_changed=False, unit_active=Tru
     return needs
 
 
+def rollout_skip(plan):
+    """Why a host must not be touched at all, from its gpufleet.vllm.drift_info result (the plan): its GPUs are not
+    healthy, or their health could not be read. Empty when it may be rolled (or health was not checked)."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("row"), dict):
+        raise AnsibleFilterError("rollout_skip expects a gpufleet.vllm.drift_info result with a 'row', got %s"
+                                 % (type(plan).__name__ if not isinstance(plan, dict) else one_line(plan.get("msg", "no row"))))
+    row = plan["row"]
+    health = plan.get("health")
+    if not isinstance(health, dict) or health.get("healthy"):
+        return ""
+    problems = [one_line(line) for line in row.get("health_problems") or []]
+    verdict = one_line(row.get("gpu_health") or health.get("summary") or "GPU health unknown")
+    if not health.get("nvml_available"):
+        return "GPU health could not be read (%s)" % verdict
+    return "GPUs not healthy: %s%s" % (verdict, ": " + "; ".join(problems) if problems else "")
+
+
+def rollout_plan_line(needs, skipped="", serving=""):
+    """The pre-flight's line of one host's plan: what it needs, SKIPPED and why, or converged and what it serves."""
+    needs = [one_line(need) for need in needs or []]
+    if skipped:
+        return "plan: SKIPPED, not touched: %s%s" % (one_line(skipped), " (it needs: %s)" % ", ".join(needs) if needs else "")
+    if needs:
+        return "plan: %s" % ", ".join(needs)
+    return "plan: nothing (converged, serving %s)" % (one_line(serving) or "?")
+
+
 def rollout_pending(targets, hostvars):
-    """The TARGETS (in their order) whose plan says they need something."""
-    return [host for host in targets or [] if host in hostvars and _get(hostvars[host], "rollout_needs", [])]
+    """The TARGETS (in their order) whose plan says they need something and that are not skipped."""
+    return [host for host in targets or [] if host in hostvars and _get(hostvars[host], "rollout_needs", [])
+            and not _get(hostvars[host], "rollout_skipped", "")]
 
 
 def rollout_failed_hosts(hosts, hostvars):
@@ -248,6 +278,8 @@ def _fate(facts):
 
 def rollout_status(facts):
     """The summary's status of one host from its notes (FACTS: a dict or a hostvars entry)."""
+    if _get(facts, "rollout_skipped", ""):
+        return "SKIPPED"
     forward, rolled_back, dummy = _fate(facts)
     if rolled_back:
         return "FAILED, rolled back"
@@ -307,14 +339,14 @@ def _builds(facts, status, before, integrity, plan_row, rollback_failure):
     A host stopped that failed serves its build before again (rolled back) or
     nothing (the rollback failed too): the build it tried is the one its
     integrity check read, else the run's target. A host that failed before
-    its stop still serves its build before.
+    its stop, or was skipped (never touched), still serves its build before.
     """
     if status == "FAILED, rolled back" or rollback_failure:
         tried = _text(integrity.get("version")) or _text(_get(facts, "reinstall_target_version", ""))
         after = before if status == "FAILED, rolled back" else ""
         return after, ("" if tried == before else tried), None
     reached = _get(facts, "rollout_reached", None)
-    if status == "FAILED" and isinstance(reached, dict) and not reached.get("stopped"):
+    if status == "SKIPPED" or status == "FAILED" and isinstance(reached, dict) and not reached.get("stopped"):
         return before, "", plan_row.get("pristine") if plan_row else None
     after = integrity.get("version") or (before if status == "unchanged" else "")
     pristine = integrity.get("pristine") if integrity else (
@@ -367,6 +399,7 @@ def rollout_row(host, facts):
         "peak_tok_s": _num_or_none(bench.get("peak_tok_s")),
         "benchmark": bench.get("status") or None,
         "failure": failure,
+        "skipped": _text(_get(facts, "rollout_skipped", "")),
         "diffs_before": [{"path": entry["path"], "file": entry["file"]} for entry in diffs],
     }
     row.update(_lock_cells(facts, status))
@@ -422,6 +455,8 @@ class FilterModule(object):
             "audit_dependency_markdown": audit_dependency_markdown,
             "rollout_needs": rollout_needs,
             "rollout_pending": rollout_pending,
+            "rollout_skip": rollout_skip,
+            "rollout_plan_line": rollout_plan_line,
             "rollout_failed_hosts": rollout_failed_hosts,
             "rollout_cutover_state": rollout_cutover_state,
             "rollout_serves_again": rollout_serves_again,

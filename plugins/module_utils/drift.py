@@ -42,6 +42,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment, venv_site_dirs
+from ansible_collections.gpufleet.vllm.plugins.module_utils import gpuhealth
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
@@ -57,6 +58,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     PYNVML_MISSING,
     NvmlUnavailable,
     collect_bounded,
+    compact_mismatches,
     expectation_given,
     gpu_facts,
     load_pynvml,
@@ -71,7 +73,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
 
-DRIFT_CLASSES = ("integrity", "build", "packages", "config", "dumps", "unit", "gpus")
+DRIFT_CLASSES = ("integrity", "build", "packages", "config", "dumps", "unit", "gpus", "health")
 # the properties of the unit a drift row keeps (module_utils/systemd.py reads them)
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "FragmentPath")
 LIST_MAX = 20
@@ -280,20 +282,56 @@ def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remov
     }
 
 
-def read_gpus(expect=None, venvs=(), call_timeout=60):
-    """nvml.collect() with pynvml from this interpreter or one of ``venvs``, given ``call_timeout`` seconds;
-    adds ``pynvml_from``."""
+def _pynvml(venvs):
+    """(pynvml, where) from this interpreter or one of ``venvs``; raises NvmlUnavailable naming the venvs tried."""
     try:
-        pynvml, where = load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
+        return load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
     except NvmlUnavailable as exc:
         if venvs and exc.name == PYNVML_MISSING and exc.text.startswith("cannot import"):
             exc = NvmlUnavailable(PYNVML_MISSING, "%s, and none of %s has nvidia-ml-py's pynvml.py" % (
                 exc.text, ", ".join(venvs)))
+        raise exc
+
+
+def read_gpus(expect=None, venvs=(), call_timeout=60):
+    """nvml.collect() with pynvml from this interpreter or one of ``venvs``, given ``call_timeout`` seconds;
+    adds ``pynvml_from``."""
+    try:
+        pynvml, where = _pynvml(venvs)
+    except NvmlUnavailable as exc:
         result = unavailable_result(exc)
         result["pynvml_from"] = None
         return result
     result = collect_bounded(expect=expect, call_timeout=call_timeout, pynvml=pynvml)
     result["pynvml_from"] = where
+    return result
+
+
+# the most problem lines of the health check a row keeps (GPUs alike already share a line)
+HEALTH_LINES = 12
+
+
+def read_health(thresholds=None, main_pid=None, venvs=(), call_timeout=60, proc_root="/proc"):
+    """The GPUs' health (gpuhealth.check_bounded) with THRESHOLDS (defaults filled in), the unit's MAIN_PID and its
+    descendants allowed on the GPUs; the same pynvml as read_gpus. Adds ``pynvml_from``; ``problems`` as the
+    gpu_health module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
+    effective = gpuhealth.effective_thresholds(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
+    try:
+        pynvml, where = _pynvml(venvs)
+    except NvmlUnavailable as exc:
+        result = gpuhealth.unavailable(effective, exc)
+        result["pynvml_from"] = None
+    else:
+        allowed = gpuhealth.allowed_pids([], main_pid or None, proc_root=proc_root) if main_pid else set()
+        result = gpuhealth.check_bounded(effective, allowed, call_timeout, pynvml=pynvml)
+        result["pynvml_from"] = where
+    lines = compact_mismatches(result.get("problems") or [])
+    if not result.get("nvml_available"):
+        lines = [_clip(result.get("summary") or "GPU health unknown", 600)]
+    if len(lines) > HEALTH_LINES:
+        lines = lines[:HEALTH_LINES - 1] + ["and %d more (see the gpu_health module's result)" % (
+            len(lines) - HEALTH_LINES + 1)]
+    result["lines"] = [_clip(line, 600) for line in lines]
     return result
 
 
@@ -354,9 +392,10 @@ def wheel_diffs(integrity, dist_name="vllm", wheel_dirs=(), max_files=DIFF_MAX_F
 
 
 def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, expect,
-          expected_version=None, packages=None):
+          expected_version=None, packages=None, health=None):
     """The drift classes of a host, in DRIFT_CLASSES order. ``packages``: the row's package cells
-    (packages_cells()); drift when another distribution is not pristine or the set is not the lock's."""
+    (packages_cells()); drift when another distribution is not pristine or the set is not the lock's. ``health``:
+    read_health()'s result (None: not checked); drift when it is not healthy, unknown included."""
     drift = []
     if not (integrity or {}).get("pristine"):
         drift.append("integrity")
@@ -372,6 +411,9 @@ def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, e
         drift.append("unit")
     if not gpus.get("nvml_available") or (expectation_given(expect or {}) and gpus.get("mismatches")):
         drift.append("gpus")
+    # (unknown health is drift too, but not a second time when NVML is not usable at all: that is "gpus")
+    if health is not None and not health.get("healthy") and (health.get("nvml_available") or gpus.get("nvml_available")):
+        drift.append("health")
     return drift
 
 
@@ -394,7 +436,7 @@ def _not_done(part, why):
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
            nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
-           expected_fingerprint=None, accept_not_pristine=()):
+           expected_fingerprint=None, accept_not_pristine=(), health=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -408,7 +450,9 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     READ_TIMEOUT seconds or what is left).  ``diffs``: dict of
     wheel_diffs() keyword arguments (``wheel_dirs`` and the bounds); the
     diffs of the changed files are made last, with what is left of the
-    time, and are no drift class of their own.
+    time, and are no drift class of their own.  ``health``: the GPU health
+    thresholds (gpuhealth's, a dict; None: health not checked), judged with
+    the unit's MainPID and its descendants allowed on the GPUs.
     """
     deadline = deadline or OverallDeadline(600)
     if run_command is None:
@@ -460,6 +504,17 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         not_done.append(_not_done("gpus", why))
     else:
         gpus = read_gpus(expect, venvs, call_timeout=max(0.1, min(60.0, deadline.left())))
+    health_result = None
+    if health is not None:
+        if deadline.passed():
+            why = "GPU health not read: %s" % deadline.message("the GPUs' health was read")
+            health_result = gpuhealth.unavailable(gpuhealth.effective_thresholds({}), NvmlUnavailable("NVML_TIMEOUT", why))
+            health_result.update(pynvml_from=None, lines=[why])
+            not_done.append(_not_done("health", why))
+        else:
+            main_pid = unit_state.get("MainPID") if isinstance(unit_state.get("MainPID"), int) else 0
+            health_result = read_health(health, main_pid if main_pid > 0 else None, venvs,
+                                        call_timeout=max(0.1, min(60.0, deadline.left())))
     diffs = dict(diffs or {})
     wheel_diff = wheel_diffs(integrity, dist_name, deadline=deadline, **diffs)
     if wheel_diff["note"] and deadline.passed() and wheel_diff["note"].startswith("the time limit "):
@@ -467,7 +522,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     summary = gpus.get("summary") or {}
     strip = strips(config_policy, gpu_facts(gpus))
     drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
-                  expected_version, package_cells)
+                  expected_version, package_cells, health_result)
 
     nvml_error = (gpus.get("nvml_error") or {}).get("message") if not gpus.get("nvml_available") else None
     row = {
@@ -491,6 +546,8 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "gpus": gpus.get("gpu_count") if gpus.get("nvml_available") else None,
         "vram_used_mib": summary.get("memory_used_mib") if gpus.get("nvml_available") else None,
         "gpu_problems": ([_clip(nvml_error, 600)] if nvml_error else []) + list(gpus.get("mismatches") or []),
+        "gpu_health": health_result["summary"] if health_result else "",
+        "health_problems": list(health_result["lines"]) if health_result and not health_result["healthy"] else [],
         "drift": drift,
     }
     integrity_detail = None
@@ -514,4 +571,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "gpus": dict((k, gpus.get(k)) for k in (
             "nvml_available", "nvml_error", "driver_version", "cuda_driver_version", "gpu_count", "gpus",
             "summary", "mismatches", "expectation_met", "pynvml_from")),
+        "health": dict((k, health_result.get(k)) for k in (
+            "healthy", "summary", "problems", "notes", "nvml_available", "nvml_error", "gpu_count", "gpus", "thresholds"))
+        if health_result else None,
     }

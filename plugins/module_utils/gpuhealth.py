@@ -485,6 +485,14 @@ def _empty_result(thresholds):
             "gpus": [], "problems": [], "notes": [], "summary": "", "thresholds": thresholds}
 
 
+def unavailable(thresholds, exc):
+    """The result when NVML cannot be used at all (EXC, an nvml.NvmlUnavailable): health unknown, not healthy."""
+    result = _empty_result(thresholds)
+    result["nvml_error"] = exc.to_dict()
+    result["summary"] = "GPU health unknown: %s" % exc.message
+    return result
+
+
 def check(thresholds, allowed=None, pynvml=None):
     """Read and judge every GPU; the result dict of the gpu_health module (THRESHOLDS effective)."""
     result = _empty_result(thresholds)
@@ -492,9 +500,7 @@ def check(thresholds, allowed=None, pynvml=None):
         with nvml.NvmlSession(pynvml) as session:
             gpus = read_health(session.pynvml)
     except nvml.NvmlUnavailable as exc:
-        result["nvml_error"] = exc.to_dict()
-        result["summary"] = "GPU health unknown: %s" % exc.message
-        return result
+        return unavailable(thresholds, exc)
     for gpu in gpus:
         gpu["problems"], gpu["notes"] = evaluate_gpu(gpu, thresholds, allowed)
         gpu["healthy"] = not gpu["problems"]

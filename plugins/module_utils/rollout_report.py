@@ -207,6 +207,9 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
             out.extend(dependency_block(cell(row.get("host")), cell(row["dependencies"].get("counts")),
                                         [code(line) for line in row["dependencies"].get("lines") or []]))
     for row in rows:
+        if row.get("skipped"):
+            out.extend(["", "**%s**: skipped, not touched: %s" % (cell(row.get("host")), cell(row["skipped"]))])
+    for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
     for row in rows:
@@ -231,6 +234,11 @@ def _plain_link(target):
 
 def failed_hosts(rows):
     return [row.get("host") for row in rows if str(row.get("status", "")).startswith("FAILED")]
+
+
+def skipped_hosts(rows):
+    """The hosts the run left untouched because they must not be rolled (GPUs not healthy)."""
+    return [row.get("host") for row in rows if row.get("status") == "SKIPPED"]
 
 
 def summary_json(rows, batches, benchmark_report=None):
@@ -285,6 +293,8 @@ def host_line(row):
         line += ", " + ", ".join(parts)
     if status == "untouched" and row.get("needed"):
         line += " (needs: %s)" % one_line_list(row["needed"])
+    if row.get("skipped"):
+        line += " -- not touched: " + one_line(row["skipped"])
     if row.get("failure"):
         line += " -- " + one_line(row["failure"])
     return line

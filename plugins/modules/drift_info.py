@@ -203,6 +203,21 @@ options:
     type: list
     elements: path
     default: []
+  health:
+    description:
+      - If V(true), also judge the GPUs' health as M(gpufleet.vllm.gpu_health) does (uncorrected ECC errors, pages or
+        rows waiting for a reset, throttling, temperature, PCIe link below the card's maximum, persistence mode,
+        processes on the GPUs other than the O(unit)'s C(MainPID) and its descendants), with the same code.
+      - A host that is not healthy has the drift class V(health), and RV(row.health_problems) says why. Health that
+        cannot be read is not healthy either (drift V(health), unless NVML is not usable at all, which is V(gpus)).
+    type: bool
+    default: false
+  health_thresholds:
+    description:
+      - The limits of O(health), with the keys and defaults of the O(gpufleet.vllm.gpu_health#module:thresholds)
+        option of M(gpufleet.vllm.gpu_health); a key not given keeps its default.
+    type: dict
+    default: {}
   wheel_dirs:
     description:
       - Directories on the host that hold wheels, for example the fleet's mirror (the C(fleet) role's C(fleet_wheel_dirs)).
@@ -349,7 +364,7 @@ row:
   contains:
     drift:
       description: The drift classes, in the order V(integrity), V(build), V(packages), V(config), V(dumps), V(unit),
-        V(gpus).
+        V(gpus), V(health).
       type: list
       elements: str
       sample: [integrity, config, dumps]
@@ -426,6 +441,19 @@ row:
       description: The NVML error, or one line per GPU that does not meet O(expect).
       type: list
       elements: str
+    gpu_health:
+      description: The health verdict in a few words (such as C(all 8 GPUs healthy) or C(1 of 8 GPUs unhealthy (GPU
+        3))); empty without O(health).
+      type: str
+      sample: all 8 GPUs healthy
+    health_problems:
+      description:
+        - Why the GPUs are not healthy, GPUs with the same problem on one line (C(GPUs 0-7)); at most 12 lines, the
+          last saying how many more. Empty when healthy or without O(health).
+      type: list
+      elements: str
+      sample: ["GPU 3 (bus 5D): PCIe link at Gen5 x8, the card can do Gen5 x16: a degraded link starves all-reduce
+        over PCIe"]
 drift:
   description: The same list as RV(row.drift).
   returned: always
@@ -611,6 +639,14 @@ gpus:
     - C(pynvml_from) is the C(pynvml.py) that was loaded from another venv, or V(null) for the interpreter's own.
   returned: always
   type: dict
+health:
+  description:
+    - The GPUs' health as M(gpufleet.vllm.gpu_health) returns it, with O(health). The fields are C(healthy),
+      C(summary), C(problems) (a line per GPU), C(notes), C(nvml_available), C(nvml_error), C(gpu_count), C(gpus) (the readings per GPU)
+      and C(thresholds) (the limits applied, defaults filled in).
+    - V(null) without O(health).
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -624,6 +660,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, Deadline, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import gather
+from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import validate_thresholds
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
@@ -662,6 +699,8 @@ def main():
             unit=dict(type="str"),
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
+            health=dict(type="bool", default=False),
+            health_thresholds=dict(type="dict", default={}),
             wheel_dirs=dict(type="list", elements="path", default=[]),
             expected_packages=dict(type="dict"),
             expected_fingerprint=dict(type="str"),
@@ -714,6 +753,7 @@ def main():
     elif params["model_required_files"]:
         problems.append("model_required_files goes with model_keys (with model_files, say required: true per file).")
     problems.extend("expect: %s" % p for p in validate_expect(params["expect"] or {}))
+    problems.extend("health_%s" % p for p in validate_thresholds(params["health_thresholds"] or {}))
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.drift_info: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
@@ -731,6 +771,7 @@ def main():
             expected_version=params["expected_version"], deadline=deadline,
             expected_packages=params["expected_packages"], expected_fingerprint=params["expected_fingerprint"],
             accept_not_pristine=params["accept_not_pristine"],
+            health=(params["health_thresholds"] or {}) if params["health"] else None,
             diffs=dict(wheel_dirs=params["wheel_dirs"], max_files=params["diff_max_files"],
                        max_bytes=params["diff_max_bytes"], max_total=params["diff_max_total"]))
     except Exception as exc:  # pylint: disable=broad-except

@@ -84,6 +84,12 @@ failed_hosts:
   returned: always
   type: list
   elements: str
+skipped_hosts:
+  description: The hosts with status C(SKIPPED), left untouched because their GPUs are not healthy (row C(skipped) says
+    why).
+  returned: always
+  type: list
+  elements: str
 files:
   description: The files written (none in check mode).
   returned: always
@@ -132,10 +138,11 @@ def main():
         except (OSError, IOError, ValueError) as exc:
             module.fail_json(msg='Could not write the rollout summary into %s: %s. The hosts are as the lines below say.'
                              % (path, to_native(exc)), lines=lines, files=files,
-                             failed_hosts=rollout_report.failed_hosts(rows))
+                             failed_hosts=rollout_report.failed_hosts(rows),
+                             skipped_hosts=rollout_report.skipped_hosts(rows))
     # a report is a new file on the control node each run, not a change to the fleet
     module.exit_json(changed=False, check_mode=module.check_mode, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
-                     benchmark_report=benchmark_report)
+                     skipped_hosts=rollout_report.skipped_hosts(rows), benchmark_report=benchmark_report)
 
 
 if __name__ == '__main__':

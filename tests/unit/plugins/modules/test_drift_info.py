@@ -393,3 +393,96 @@ def test_config_behind_a_directory_link_outside_the_model_dir_is_config_drift(ho
     assert rc == 0
     assert "config" in res["row"]["drift"]
     assert "outside the model directory" in res["row"]["config_errors"][0]
+
+
+# ------------------------------------------------------------------ GPU health (health: true)
+
+
+def main_pid(host):
+    shown = host.systemctl("show", "--property=MainPID", "--", UNIT).stdout
+    return int(shown.strip().split("=", 1)[1])
+
+
+def test_health_of_a_healthy_host_is_no_drift_and_allows_the_units_process(host):
+    # the unit's own process on every GPU, as vLLM's is on a serving host
+    nvml_state.claim(main_pid(host), 88098, path=host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0, res
+    assert "health" not in res["row"]["drift"]
+    assert res["row"]["gpu_health"] == "all 8 GPUs healthy"
+    assert res["row"]["health_problems"] == []
+    assert res["health"]["healthy"] is True and res["health"]["gpu_count"] == 8
+    assert res["health"]["thresholds"]["max_temperature_c"] == 85
+
+
+def test_without_health_nothing_is_judged(host):
+    nvml_state.update_state(lambda d: d.update({"gpu.3.pcie_width": "8"}), host.nvml)
+    rc, res = host.run(host.args())
+    assert rc == 0, res
+    assert "health" not in res["row"]["drift"]
+    assert res["row"]["gpu_health"] == "" and res["row"]["health_problems"] == [] and res["health"] is None
+
+
+def test_degraded_pcie_link_is_health_drift_naming_the_gpu(host):
+    nvml_state.update_state(lambda d: d.update({"gpu.3.pcie_width": "8"}), host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0, res
+    assert res["row"]["drift"][-1] == "health"
+    assert res["row"]["gpu_health"].startswith("1 of 8 GPUs unhealthy (GPU 3)")
+    [line] = res["row"]["health_problems"]
+    assert line.startswith("GPU 3 (bus 5D): ") and "x8" in line and "x16" in line, line
+    assert res["health"]["healthy"] is False
+
+
+def test_the_same_problem_on_every_gpu_is_one_line(host):
+    nvml_state.update_state(lambda d: d.update({"default.persistence_mode": "0"}), host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0, res
+    [line] = res["row"]["health_problems"]
+    assert line.startswith("GPUs 0-7: persistence mode is off"), line
+    assert len(res["health"]["problems"]) == 8
+
+
+def test_a_process_that_is_not_the_units_is_a_health_problem(host):
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        nvml_state.claim(main_pid(host), 88098, path=host.nvml)
+        nvml_state.claim(stranger.pid, 2000, gpus=[5], path=host.nvml)
+        rc, res = host.run(host.args(health=True))
+    finally:
+        stranger.kill()
+        stranger.wait()
+    assert rc == 0, res
+    [line] = res["row"]["health_problems"]
+    assert line.startswith("GPU 5 ") and "pid %d" % stranger.pid in line and "not of the served model" in line, line
+
+
+def test_a_thermal_slowdown_can_be_allowed_by_threshold(host):
+    nvml_state.update_state(lambda d: d.update({"gpu.2.clocks_event_reasons": "0x40"}), host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0 and res["row"]["drift"][-1] == "health", res
+    rc, res = host.run(host.args(health=True, health_thresholds={"throttle_reasons": []}))
+    assert rc == 0, res
+    assert "health" not in res["row"]["drift"] and res["row"]["health_problems"] == []
+
+
+def test_health_cannot_be_read_without_nvml_is_gpus_drift_once(host):
+    nvml_state.update_state(lambda d: d.update({"init_error": "DRIVER_NOT_LOADED"}), host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0, res
+    assert "gpus" in res["row"]["drift"] and "health" not in res["row"]["drift"]
+    assert res["health"]["healthy"] is False and res["health"]["nvml_available"] is False
+    assert res["row"]["gpu_health"].startswith("GPU health unknown: ")
+    assert res["row"]["health_problems"] == [res["row"]["gpu_health"]]
+
+
+@pytest.mark.parametrize("thresholds, words", [
+    ({"max_temperature_c": 500}, "health_thresholds.max_temperature_c must be a whole number of degrees Celsius"),
+    ({"nonsense": 1}, "health_thresholds has unknown keys nonsense"),
+    ({"throttle_reasons": ["hot"]}, "health_thresholds.throttle_reasons has unknown reasons 'hot'"),
+])
+def test_bad_health_thresholds_are_refused_before_anything_is_read(host, thresholds, words):
+    rc, res = host.run(host.args(health=True, health_thresholds=thresholds))
+    assert rc == 1 and res["failed"] is True
+    assert words in res["msg"], res["msg"]
+    assert "row" not in res
