@@ -6,7 +6,9 @@
 #   ansible-test sanity, collection build + install, molecule scenarios.
 # Usage: scripts/test.sh [STAGE ...]   (default: all stages, in order)
 #   stages: unit lint sanity build molecule
-# MOLECULE_SCENARIOS="default cleanup" limits the molecule stage.
+# MOLECULE_SCENARIOS="default cleanup" limits the molecule stage;
+# GPUFLEET_UNIT_WORKERS=N runs the unit tests in N processes (default: one
+# per core; 0: in pytest's own process).
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -34,7 +36,8 @@ run_stage() {
 
 stage_unit() {
   # pytest exits 5 when it collected nothing: that is a failure here too
-  python -m pytest -q -p no:cacheprovider tests/unit
+  # on every core (pytest-xdist); GPUFLEET_UNIT_WORKERS=0 runs them in this one process
+  python -m pytest -q -p no:cacheprovider -n "${GPUFLEET_UNIT_WORKERS:-auto}" --dist worksteal tests/unit
 }
 
 stage_lint() {

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -70,10 +72,30 @@ def run_plays(plays, out):
         return json.load(handle)
 
 
-def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
+def _when_nvml_loaded(pid, action, after, limit=60.0):
+    """Call ACTION once process PID has the NVML library mapped (it is in nvmlInit or past it: its first reading is
+    under way), AFTER seconds later; never when PID ends first or after LIMIT seconds."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/maps" % pid) as maps:
+                loaded = "libnvidia-ml" in maps.read()
+        except OSError:
+            return
+        if loaded:
+            time.sleep(after)
+            action()
+            return
+        time.sleep(0.02)
+
+
+def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonpath_extra=None, when_nvml_loaded=None,
+                    after=1.0):
     """Run the module file MODULE as Ansible does, against the fake NVML (LIB_DIR, STATE_FILE).
 
-    Returns (exit code, result dict); a traceback fails the test.
+    WHEN_NVML_LOADED: a function called AFTER seconds once the module has loaded the NVML library, to change the
+    state while it waits (whatever time the module took to start on a loaded machine). Returns (exit code, result
+    dict); a traceback fails the test.
     """
     args = dict(args)
     if check_mode:
@@ -85,7 +107,15 @@ def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonp
         json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
     paths = ([pythonpath_extra] if pythonpath_extra else []) + [os.path.join(REPO, ".cache", "collections")]
     env = dict(os.environ, LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=state_file, PYTHONPATH=os.pathsep.join(paths))
-    proc = subprocess.run([sys.executable, module, args_file], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    proc = subprocess.Popen([sys.executable, module, args_file], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if when_nvml_loaded is not None:
+        threading.Thread(target=_when_nvml_loaded, args=(proc.pid, when_nvml_loaded, after), daemon=True).start()
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    return proc.returncode, json.loads(stdout)

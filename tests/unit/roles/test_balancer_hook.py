@@ -128,6 +128,7 @@ class FakeBalancer:
         """One streaming completion on the stand-in, read to its end in a thread."""
         import http.client  # pylint: disable=import-outside-toplevel
         record = self.streams[name] = {"started": time.time(), "ended": None}
+        answering = threading.Event()
 
         def run():
             conn = http.client.HTTPConnection("127.0.0.1", self.standin_port, timeout=60)
@@ -135,14 +136,19 @@ class FakeBalancer:
                 conn.request("POST", "/v1/completions", body=json.dumps({
                     "model": "sim-model", "prompt": "hello world", "max_tokens": tokens, "stream": True}),
                     headers={"Content-Type": "application/json"})
-                conn.getresponse().read()
+                response = conn.getresponse()
+                answering.set()
+                response.read()
             except (OSError, http.client.HTTPException):
                 pass
             finally:
+                answering.set()
                 conn.close()
                 record["ended"] = time.time()
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
+        # the drain is answered once the stand-in streams (the request runs there), however loaded the machine is
+        answering.wait(10)
         record["thread"] = thread
         # (in flight at the stand-in before the play goes on)
         deadline = time.monotonic() + 10

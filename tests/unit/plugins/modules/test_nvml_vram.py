@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -35,9 +34,10 @@ state = load_source("fakenvml_state_for_module", "tests", "sim", "fakenvml", "st
 # lib_dir and state_file: fixtures of tests/unit/conftest.py
 
 
-def run_module(args, state_file, lib_dir, check_mode=False, pythonpath_extra=None):
+def run_module(args, state_file, lib_dir, check_mode=False, pythonpath_extra=None, when_nvml_loaded=None):
     """Run the module file like Ansible does; return (exit code, result dict)."""
-    return run_nvml_module(MODULE, args, state_file, lib_dir, check_mode=check_mode, pythonpath_extra=pythonpath_extra)
+    return run_nvml_module(MODULE, args, state_file, lib_dir, check_mode=check_mode, pythonpath_extra=pythonpath_extra,
+                           when_nvml_loaded=when_nvml_loaded)
 
 
 def set_state(state_file, **pairs):
@@ -141,13 +141,12 @@ def test_model_loaded_fills_every_gpu(lib_dir, state_file):
 def test_wait_until_vram_is_released(lib_dir, state_file):
     holder = spawn_holder()
     state.claim(holder.pid, 90000, None, state_file)
-    timer = threading.Timer(1.0, state.release, args=(holder.pid, state_file))
-    timer.start()
     try:
+        # released 1 s after the module opened NVML, however long it took to start
         rc, res = run_module({"expect": {"max_used_mib": 1024, "no_processes": True}, "timeout": 10,
-                              "interval": 0.2}, state_file, lib_dir)
+                              "interval": 0.2}, state_file, lib_dir,
+                             when_nvml_loaded=lambda: state.release(holder.pid, state_file))
     finally:
-        timer.cancel()
         holder.kill()
         holder.wait()
     assert rc == 0, res.get("msg")
@@ -166,13 +165,10 @@ def test_wait_until_the_holding_process_dies(lib_dir, state_file):
         holder.kill()
         holder.wait()
 
-    timer = threading.Timer(1.0, stop)
-    timer.start()
     try:
         rc, res = run_module({"expect": {"max_used_mib": 1024}, "timeout": 10, "interval": 0.2},
-                             state_file, lib_dir)
+                             state_file, lib_dir, when_nvml_loaded=stop)
     finally:
-        timer.cancel()
         if holder.poll() is None:
             stop()
     assert rc == 0, res.get("msg")
