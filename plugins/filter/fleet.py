@@ -7,6 +7,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import policy_of
@@ -17,6 +18,19 @@ def kv_cache_policy(strip, force=False):
     return policy_of(boolean(strip, strict=False), boolean(force, strict=False))
 
 
+def disk_checks(checks, model_dirs=(), model_min_free_mib=0):
+    """fleet_disk_checks with one entry per model directory of fleet_model_dirs (MODEL_MIN_FREE_MIB each): the
+    paths option of free_space."""
+    if not isinstance(checks, (list, tuple)) or not all(isinstance(c, dict) for c in checks):
+        raise AnsibleFilterError("fleet_disk_checks must be a list of {path, min_free_mib, purpose}, got %r" % (checks,))
+    if not isinstance(model_dirs, (list, tuple)):
+        raise AnsibleFilterError("fleet_model_dirs must be a list of directories, got %r" % (model_dirs,))
+    out = [dict(c) for c in checks]
+    out.extend({"path": d, "min_free_mib": model_min_free_mib, "purpose": "the model config edits and their backups"}
+               for d in model_dirs)
+    return out
+
+
 class FilterModule(object):
     def filters(self):
-        return {"kv_cache_policy": kv_cache_policy}
+        return {"kv_cache_policy": kv_cache_policy, "disk_checks": disk_checks}

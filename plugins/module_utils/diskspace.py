@@ -120,3 +120,45 @@ def free_space_bounded(path, timeout, statvfs=None):
     if "result" not in box:
         raise NoAnswer(path, timeout)
     return box["result"]
+
+
+def check_paths(entries, timeout, statvfs=None, clock=None):
+    """Measure every entry ({path, min_free_mib, purpose}) under one TIMEOUT; return (checks, problems).
+
+    ``checks`` holds each entry's free_space() result with its min_free_mib
+    and purpose. The needs of the paths on one filesystem (one mount point)
+    add up: 20 GiB of caches and 1 GiB of /tmp on the root filesystem need
+    21 GiB free there. ``problems`` has one sentence per filesystem short of
+    room, naming each path and what it is for, and one per path that could
+    not be measured.
+    """
+    clock = clock or __import__("time").monotonic
+    deadline = clock() + timeout
+    checks, problems, mounts = [], [], {}
+    for entry in entries:
+        path, need = entry["path"], int(entry.get("min_free_mib") or 0)
+        purpose = entry.get("purpose") or "this task"
+        left = deadline - clock()
+        if left <= 0:
+            problems.append("%s (for %s) was not measured: the time limit of %s s passed first" % (
+                shown(path), valid_text(purpose), timeout))
+            continue
+        try:
+            result = free_space_bounded(path, left, statvfs=statvfs)
+        except (NoAnswer, PathCannotExist) as exc:
+            problems.append("%s (for %s): %s" % (shown(path), valid_text(purpose), exc))
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append("%s (for %s) could not be measured: %s" % (shown(path), valid_text(purpose), exc))
+            continue
+        result.update(min_free_mib=need, purpose=valid_text(purpose))
+        checks.append(result)
+        mounts.setdefault(result["mount"], []).append(result)
+    for mount, found in mounts.items():
+        needed = sum(check["min_free_mib"] for check in found)
+        free = min(check["free_mib"] for check in found)
+        if needed and free < needed:
+            problems.append("only %d MiB are free on the filesystem mounted at %s, which needs %d MiB: %s" % (
+                free, mount, needed, "; ".join("%d MiB for %s (%s)" % (c["min_free_mib"], c["purpose"], c["path"])
+                                                for c in found if c["min_free_mib"])))
+    return checks, problems

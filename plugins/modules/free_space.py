@@ -21,11 +21,34 @@ description:
   - With O(min_free_mib), fails before anything is written when less space is free, with a message that says where,
     how much and what to do.
   - The module only reads. It never changes anything (C(changed=false)).
+  - With O(paths), measures several paths in one task. The needs of the paths on one filesystem add up (20 GiB for
+    caches and 1 GiB for C(/tmp) on the root filesystem need 21 GiB free there), and every filesystem short of room
+    is named in one failure message.
 options:
   path:
-    description: An absolute path, for example the directory a new environment will be created in.
+    description:
+      - An absolute path, for example the directory a new environment will be created in.
+      - One of O(path) and O(paths) is required.
     type: path
-    required: true
+  paths:
+    description:
+      - Several paths to measure in one task, each with its own minimum and purpose; O(min_free_mib) and O(purpose)
+        are then not used.
+    type: list
+    elements: dict
+    suboptions:
+      path:
+        description: An absolute path.
+        type: path
+        required: true
+      min_free_mib:
+        description: The MiB this path needs free on its filesystem (added to the other paths' on the same one).
+        type: int
+        default: 0
+      purpose:
+        description: What the space is for, in words, used in the failure message.
+        type: str
+        default: this task
   min_free_mib:
     description:
       - Fail when fewer MiB are free for unprivileged users (as C(df) shows them). V(0) never fails.
@@ -68,6 +91,12 @@ EXAMPLES = r"""
     min_free_mib: 20480
     purpose: a new vLLM environment
 
+- name: Room for the model, vLLM's caches and /tmp before the stop (needs on one filesystem add up)
+  gpufleet.vllm.free_space:
+    paths:
+      - {path: /shared/kimi-k2.5, min_free_mib: 1024, purpose: the model config edits and their backups}
+      - {path: /root/.cache, min_free_mib: 20480, purpose: "vLLM's compile and kernel caches"}
+      - {path: /tmp, min_free_mib: 1024, purpose: temporary files}
 - name: Measure only
   gpufleet.vllm.free_space:
     path: /var/lib/models
@@ -83,6 +112,17 @@ check_mode:
   returned: always
   type: bool
   sample: false
+checks:
+  description: With O(paths), each path's measure (the keys of RV(path) to RV(total_mib)) with its C(min_free_mib) and
+    C(purpose).
+  returned: with O(paths)
+  type: list
+  elements: dict
+problems:
+  description: With O(paths), a sentence per filesystem short of room and per path that could not be measured.
+  returned: with O(paths)
+  type: list
+  elements: str
 blocker:
   description: On failure because O(path) cannot exist, the existing component that is not a directory.
   returned: when O(path) lies below a regular file or another non-directory
@@ -90,31 +130,31 @@ blocker:
   sample: /opt/vllm/envs
 path:
   description: The path that was asked about.
-  returned: always
+  returned: with O(path)
   type: str
   sample: /opt/vllm/envs
 checked:
   description: The existing path that was measured (O(path) or its nearest existing ancestor).
-  returned: always
+  returned: with O(path)
   type: str
   sample: /opt
 exists:
   description: Whether O(path) itself exists.
-  returned: always
+  returned: with O(path)
   type: bool
 mount:
   description: The mount point of the measured filesystem.
-  returned: always
+  returned: with O(path)
   type: str
   sample: /
 free_mib:
   description: MiB that unprivileged users may still write.
-  returned: always
+  returned: with O(path)
   type: int
   sample: 54401
 total_mib:
   description: The filesystem's size in MiB.
-  returned: always
+  returned: with O(path)
   type: int
   sample: 257000
 """
@@ -122,19 +162,59 @@ total_mib:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import NoAnswer, PathCannotExist, free_space_bounded, shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.diskspace import (
+    NoAnswer,
+    PathCannotExist,
+    check_paths,
+    free_space_bounded,
+    shown,
+)
+
+
+def several(module):
+    """The O(paths) form: every path measured, the needs on one filesystem added up, every shortfall named."""
+    entries = module.params["paths"]
+    bad = []
+    if not entries:
+        bad.append("paths is empty: list at least one path")
+    for entry in entries:
+        if not entry["path"].startswith("/"):
+            bad.append("paths: every path must be absolute, got %s" % shown(entry["path"]))
+        if entry["min_free_mib"] < 0:
+            bad.append("paths: min_free_mib of %s must be 0 or more, got %d" % (shown(entry["path"]), entry["min_free_mib"]))
+    if module.params["timeout"] < 1:
+        bad.append("timeout must be at least 1 second, got %d" % module.params["timeout"])
+    if bad:
+        module.fail_json(msg="Invalid options for gpufleet.vllm.free_space: %s. Nothing was measured." % "; ".join(bad),
+                         changed=False)
+    checks, problems = check_paths(entries, module.params["timeout"])
+    if problems:
+        module.fail_json(msg="Not enough room on this host (nothing was changed):\n" + "\n".join(
+            "- %s%s" % (p[:1].upper() + p[1:], "" if p.endswith(".") else ".") for p in problems)
+            + "\nFree space there (old compile caches, dumps, unused environments) or point the paths elsewhere.",
+            changed=False, check_mode=module.check_mode, checks=checks, problems=problems)
+    module.exit_json(changed=False, check_mode=module.check_mode, checks=checks, problems=problems)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            path=dict(type="path", required=True),
+            path=dict(type="path"),
+            paths=dict(type="list", elements="dict", options=dict(
+                path=dict(type="path", required=True),
+                min_free_mib=dict(type="int", default=0),
+                purpose=dict(type="str", default="this task"),
+            )),
             min_free_mib=dict(type="int", default=0),
             purpose=dict(type="str", default="this task"),
             timeout=dict(type="int", default=30),
         ),
+        required_one_of=[("path", "paths")],
+        mutually_exclusive=[("path", "paths")],
         supports_check_mode=True,
     )
+    if module.params["paths"] is not None:
+        several(module)
     path = module.params["path"]
     if not path.startswith("/"):
         module.fail_json(msg="path must be absolute, got %r." % (path,))

@@ -120,3 +120,84 @@ def test_says_whether_it_ran_in_check_mode(run, tmp_path):
     assert run({"path": str(tmp_path)}, check=False)[1]["check_mode"] is False
     code, failed = run({"path": str(tmp_path), "min_free_mib": 10 ** 9}, check=True)
     assert code == 1 and failed["check_mode"] is True
+
+
+# ------------------------------------------------------------------ paths: several in one task
+
+
+def test_paths_measures_each_and_passes_when_the_room_is_there(run, tmp_path):
+    (tmp_path / "model").mkdir()
+    code, result = run({"paths": [
+        {"path": str(tmp_path / "model"), "min_free_mib": 1, "purpose": "the config edits"},
+        {"path": str(tmp_path / "cache" / "vllm"), "min_free_mib": 1, "purpose": "vLLM's caches"},
+    ]})
+    assert code == 0, result
+    assert result["problems"] == [] and result["changed"] is False
+    assert [c["purpose"] for c in result["checks"]] == ["the config edits", "vLLM's caches"]
+    assert result["checks"][1]["exists"] is False and result["checks"][1]["checked"] == str(tmp_path)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_needs_on_one_filesystem_add_up_and_the_message_names_each(run, tmp_path):
+    free = free_mib(str(tmp_path))
+    half = free // 2 + 16
+    code, result = run({"paths": [
+        {"path": str(tmp_path / "a"), "min_free_mib": half, "purpose": "the caches"},
+        {"path": str(tmp_path / "b"), "min_free_mib": half, "purpose": "the dumps"},
+    ]})
+    # each alone fits, both together do not
+    assert half < free < 2 * half
+    assert code == 1 and result["failed"] is True
+    [problem] = result["problems"]
+    assert problem.startswith("only ") and "which needs %d MiB" % (2 * half) in problem
+    assert "%d MiB for the caches (%s)" % (half, tmp_path / "a") in problem
+    assert "%d MiB for the dumps (%s)" % (half, tmp_path / "b") in problem
+    assert result["msg"].startswith("Not enough room on this host (nothing was changed):\n- Only ")
+    assert result["msg"].endswith("or point the paths elsewhere.")
+
+
+def test_a_path_that_cannot_exist_is_named_and_the_others_still_measured(run, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, result = run({"paths": [
+        {"path": str(tmp_path / "file" / "below"), "min_free_mib": 1, "purpose": "the caches"},
+        {"path": str(tmp_path), "min_free_mib": 10 ** 9, "purpose": "the dumps"},
+    ]})
+    assert code == 1
+    assert len(result["problems"]) == 2
+    assert "(for the caches): " in result["problems"][0] and "is a regular file" in result["problems"][0]
+    assert "1000000000 MiB for the dumps" in result["problems"][1]
+    assert [c["purpose"] for c in result["checks"]] == ["the dumps"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    ({"paths": []}, "paths is empty"),
+    ({"paths": [{"path": "relative"}]}, "every path must be absolute"),
+    ({"paths": [{"path": "/tmp", "min_free_mib": -5}]}, "must be 0 or more, got -5"),
+    ({"path": "/tmp", "paths": [{"path": "/tmp"}]}, "mutually exclusive"),
+    ({}, "one of the following is required"),
+])
+def test_bad_paths_are_refused_before_anything_is_measured(run, args, needle):
+    code, result = run(args)
+    assert code == 1 and needle in result["msg"], result["msg"]
+    assert "checks" not in result
+
+
+def test_a_hung_filesystem_among_paths_is_named_at_the_timeout(run, tmp_path, monkeypatch):
+    release = threading.Event()
+
+    def hung_statvfs(path):
+        release.wait(20)
+        return os.statvfs(path)
+
+    monkeypatch.setattr(os, "statvfs", hung_statvfs)
+    try:
+        started = time.monotonic()
+        code, result = run({"paths": [{"path": str(tmp_path / "a"), "purpose": "the caches"},
+                                      {"path": str(tmp_path / "b"), "purpose": "the dumps"}], "timeout": 1})
+        assert time.monotonic() - started < 3
+    finally:
+        release.set()
+    assert code == 1
+    assert "(for the caches): the filesystem that would hold" in result["problems"][0]
+    assert result["problems"][1] == "%s (for the dumps) was not measured: the time limit of 1 s passed first" % (
+        tmp_path / "b")
