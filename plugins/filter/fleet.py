@@ -18,9 +18,10 @@ def kv_cache_policy(strip, force=False):
     return policy_of(boolean(strip, strict=False), boolean(force, strict=False))
 
 
-def disk_checks(checks, model_dirs=(), model_min_free_mib=0):
-    """fleet_disk_checks with one entry per model directory of fleet_model_dirs (MODEL_MIN_FREE_MIB each): the
-    paths option of free_space."""
+def disk_checks(checks, model_dirs=(), model_min_free_mib=0, staging=None):
+    """fleet_disk_checks with one entry per model directory of fleet_model_dirs (MODEL_MIN_FREE_MIB each), and
+    STAGING (the staged environment's room: its path, min_free_mib and purpose, such as the reinstall pre-flight's
+    free_space result; empty for none): the paths option of free_space."""
     if not isinstance(checks, (list, tuple)) or not all(isinstance(c, dict) for c in checks):
         raise AnsibleFilterError("fleet_disk_checks must be a list of {path, min_free_mib, purpose}, got %r" % (checks,))
     if not isinstance(model_dirs, (list, tuple)):
@@ -28,6 +29,10 @@ def disk_checks(checks, model_dirs=(), model_min_free_mib=0):
     out = [dict(c) for c in checks]
     out.extend({"path": d, "min_free_mib": model_min_free_mib, "purpose": "the model config edits and their backups"}
                for d in model_dirs)
+    if staging:
+        if not isinstance(staging, dict) or not staging.get("path"):
+            raise AnsibleFilterError("disk_checks: staging must be {path, min_free_mib, purpose}, got %r" % (staging,))
+        out.insert(0, dict((k, staging[k]) for k in ("path", "min_free_mib", "purpose") if k in staging))
     return out
 
 

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
+from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries, md_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
     as_int, cell, host_line, one_line, one_line_list, short_counts,
 )
@@ -56,6 +56,12 @@ def audit_line(row):
         if problems:
             parts.extend(one_line(problem) for problem in (problems if isinstance(problems, (list, tuple)) else [problems]))
     return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
+
+
+def markdown_text(value):
+    """VALUE as Markdown text on one line that shows exactly VALUE (a process name, a path from a host): no heading,
+    HTML, link or emphasis of its own."""
+    return md_text(value)
 
 
 def audit_fingerprints(rows, hostvars=None, lock=None, lock_file="", limit=dependency_report.DEPENDENCY_LINES,
@@ -215,9 +221,12 @@ def rollout_skip(plan):
                                  % (type(plan).__name__ if not isinstance(plan, dict) else one_line(plan.get("msg", "no row"))))
     row = plan["row"]
     health = plan.get("health")
-    if not isinstance(health, dict) or health.get("healthy"):
+    if health is None or isinstance(health, dict) and health.get("healthy") is True:
         return ""
-    problems = [one_line(line) for line in row.get("health_problems") or []]
+    if not isinstance(health, dict):
+        return "GPU health could not be read (the plan's health is %s)" % one_line(type(health).__name__)
+    problems = row.get("health_problems") or []
+    problems = [one_line(line) for line in (problems if isinstance(problems, (list, tuple)) else [problems])]
     verdict = one_line(row.get("gpu_health") or health.get("summary") or "GPU health unknown")
     if not health.get("nvml_available"):
         return "GPU health could not be read (%s)" % verdict
@@ -228,7 +237,7 @@ def rollout_plan_line(needs, skipped="", serving=""):
     """The pre-flight's line of one host's plan: what it needs, SKIPPED and why, or converged and what it serves."""
     needs = [one_line(need) for need in needs or []]
     if skipped:
-        return "plan: SKIPPED, not touched: %s%s" % (one_line(skipped), " (it needs: %s)" % ", ".join(needs) if needs else "")
+        return "plan: SKIPPED, not rolled: %s%s" % (one_line(skipped), " (it needs: %s)" % ", ".join(needs) if needs else "")
     if needs:
         return "plan: %s" % ", ".join(needs)
     return "plan: nothing (converged, serving %s)" % (one_line(serving) or "?")
@@ -451,6 +460,7 @@ class FilterModule(object):
         return {
             "rollout_line": rollout_line,
             "audit_line": audit_line,
+            "markdown_text": markdown_text,
             "audit_fingerprints": audit_fingerprints,
             "audit_dependency_markdown": audit_dependency_markdown,
             "rollout_needs": rollout_needs,

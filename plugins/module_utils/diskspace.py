@@ -10,7 +10,7 @@ __metaclass__ = type
 import os
 import threading
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block, valid_text
 
 MIB = 1024 * 1024
 
@@ -39,8 +39,9 @@ class NoAnswer(Exception):
 
 
 def shown(path):
-    """PATH as valid text for a message or result: odd bytes as backslash escapes."""
-    return valid_text(path)
+    """PATH as one line of valid text for a message or result: odd bytes, newlines, tabs and every other control
+    character as backslash escapes (a path cannot add a line to a message)."""
+    return printable_block(valid_text(path)).replace("\n", "\\n").replace("\t", "\\t")
 
 
 def _kind(path):
@@ -98,7 +99,7 @@ def free_space(path, statvfs=None):
     }
 
 
-def free_space_bounded(path, timeout, statvfs=None):
+def free_space_bounded(path, timeout, statvfs=None, timeout_shown=None):
     """free_space(PATH) in a daemon thread; NoAnswer when it takes more than TIMEOUT seconds.
 
     A stat of a hung network mount cannot be interrupted: the thread is left
@@ -118,7 +119,7 @@ def free_space_bounded(path, timeout, statvfs=None):
     if "error" in box:
         raise box["error"]
     if "result" not in box:
-        raise NoAnswer(path, timeout)
+        raise NoAnswer(path, timeout if timeout_shown is None else timeout_shown)
     return box["result"]
 
 
@@ -134,25 +135,32 @@ def check_paths(entries, timeout, statvfs=None, clock=None):
     """
     clock = clock or __import__("time").monotonic
     deadline = clock() + timeout
-    checks, problems, mounts = [], [], {}
+    checks, problems, mounts, seen = [], [], {}, {}
     for entry in entries:
         path, need = entry["path"], int(entry.get("min_free_mib") or 0)
-        purpose = entry.get("purpose") or "this task"
+        purpose = shown(entry.get("purpose") or "this task")
+        real = os.path.realpath(os.path.abspath(path))
+        if real in seen:
+            # the same place named twice: its needs once, the larger
+            seen[real]["min_free_mib"] = max(seen[real]["min_free_mib"], need)
+            seen[real]["purpose"] += "; " + purpose
+            continue
         left = deadline - clock()
         if left <= 0:
             problems.append("%s (for %s) was not measured: the time limit of %s s passed first" % (
-                shown(path), valid_text(purpose), timeout))
+                shown(path), purpose, timeout))
             continue
         try:
-            result = free_space_bounded(path, left, statvfs=statvfs)
+            result = free_space_bounded(path, left, statvfs=statvfs, timeout_shown=timeout)
         except (NoAnswer, PathCannotExist) as exc:
-            problems.append("%s (for %s): %s" % (shown(path), valid_text(purpose), exc))
+            problems.append("%s (for %s): %s" % (shown(path), purpose, exc))
             continue
         except (OSError, ValueError) as exc:
-            problems.append("%s (for %s) could not be measured: %s" % (shown(path), valid_text(purpose), exc))
+            problems.append("%s (for %s) could not be measured: %s" % (shown(path), purpose, shown(str(exc))))
             continue
-        result.update(min_free_mib=need, purpose=valid_text(purpose))
+        result.update(min_free_mib=need, purpose=purpose)
         checks.append(result)
+        seen[real] = result
         mounts.setdefault(result["mount"], []).append(result)
     for mount, found in mounts.items():
         needed = sum(check["min_free_mib"] for check in found)

@@ -508,13 +508,19 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     if health is not None:
         if deadline.passed():
             why = "GPU health not read: %s" % deadline.message("the GPUs' health was read")
-            health_result = gpuhealth.unavailable(gpuhealth.effective_thresholds({}), NvmlUnavailable("NVML_TIMEOUT", why))
-            health_result.update(pynvml_from=None, lines=[why])
+            health_result = gpuhealth.unavailable(
+                gpuhealth.effective_thresholds(dict((k, v) for k, v in health.items() if v is not None)),
+                NvmlUnavailable("NVML_TIMEOUT", why))
+            # (the time limit, not the driver: no NVML hint about Xid errors or resets)
+            health_result.update(pynvml_from=None, lines=[why], summary=why)
             not_done.append(_not_done("health", why))
         else:
             main_pid = unit_state.get("MainPID") if isinstance(unit_state.get("MainPID"), int) else 0
             health_result = read_health(health, main_pid if main_pid > 0 else None, venvs,
                                         call_timeout=max(0.1, min(60.0, deadline.left())))
+            if not health_result.get("nvml_available") and not gpus.get("nvml_available"):
+                # NVML is not usable at all: the row's gpu_problems say it once (drift class gpus)
+                health_result["lines"] = []
     diffs = dict(diffs or {})
     wheel_diff = wheel_diffs(integrity, dist_name, deadline=deadline, **diffs)
     if wheel_diff["note"] and deadline.passed() and wheel_diff["note"].startswith("the time limit "):

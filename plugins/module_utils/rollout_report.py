@@ -208,7 +208,7 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
                                         [code(line) for line in row["dependencies"].get("lines") or []]))
     for row in rows:
         if row.get("skipped"):
-            out.extend(["", "**%s**: skipped, not touched: %s" % (cell(row.get("host")), cell(row["skipped"]))])
+            out.extend(["", "**%s**: skipped, not rolled: %s" % (cell(row.get("host")), cell(row["skipped"]))])
     for row in rows:
         if row.get("failure"):
             out.extend(["", "**%s**: %s" % (cell(row.get("host")), cell(row["failure"]))])
@@ -294,7 +294,7 @@ def host_line(row):
     if status == "untouched" and row.get("needed"):
         line += " (needs: %s)" % one_line_list(row["needed"])
     if row.get("skipped"):
-        line += " -- not touched: " + one_line(row["skipped"])
+        line += " -- not rolled: " + one_line(row["skipped"])
     if row.get("failure"):
         line += " -- " + one_line(row["failure"])
     return line

@@ -157,6 +157,16 @@ total_mib:
   returned: with O(path)
   type: int
   sample: 257000
+min_free_mib:
+  description: O(min_free_mib), as asked.
+  returned: with O(path)
+  type: int
+  sample: 20480
+purpose:
+  description: O(purpose), as asked.
+  returned: with O(path)
+  type: str
+  sample: a new vLLM environment
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -234,6 +244,7 @@ def main():
         module.fail_json(msg="Could not measure the free space for %s: %s. Nothing was changed." % (shown(path), to_native(exc)),
                          changed=False, path=shown(path))
     needed = module.params["min_free_mib"]
+    result.update(min_free_mib=needed, purpose=module.params["purpose"])
     if needed and result["free_mib"] < needed:
         module.fail_json(
             msg="Only %d MiB are free for %s (filesystem mounted at %s); %s needs %d MiB. Free space there or "

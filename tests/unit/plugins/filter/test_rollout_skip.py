@@ -49,8 +49,8 @@ def test_skip_of_something_that_is_not_a_drift_result_fails_clearly(bad):
 
 def test_the_plan_line_says_skipped_and_what_the_host_would_have_needed():
     assert rollout_plan_line(["build 0.34.0 (from 0.33.0)"], "GPUs not healthy: x") == (
-        "plan: SKIPPED, not touched: GPUs not healthy: x (it needs: build 0.34.0 (from 0.33.0))")
-    assert rollout_plan_line([], "GPUs not healthy: x") == "plan: SKIPPED, not touched: GPUs not healthy: x"
+        "plan: SKIPPED, not rolled: GPUs not healthy: x (it needs: build 0.34.0 (from 0.33.0))")
+    assert rollout_plan_line([], "GPUs not healthy: x") == "plan: SKIPPED, not rolled: GPUs not healthy: x"
     assert rollout_plan_line(["dumps (3)"], "") == "plan: dumps (3)"
     assert rollout_plan_line([], "", "0.33.0") == "plan: nothing (converged, serving 0.33.0)"
 
@@ -69,10 +69,10 @@ def test_a_skipped_host_is_never_pending_and_its_row_says_why():
     assert rows[1]["build_after"] == "0.33.0" and rows[1]["failure"] == ""
     assert rollout_report.skipped_hosts(rows) == ["b"] and rollout_report.failed_hosts(rows) == []
     line = rollout_line(rows[1])
-    assert line.startswith("b: SKIPPED, vllm 0.33.0") and line.endswith("-- not touched: GPUs not healthy: " + LINE)
+    assert line.startswith("b: SKIPPED, vllm 0.33.0") and line.endswith("-- not rolled: GPUs not healthy: " + LINE)
     md = rollout_report.markdown(rows, [])
     assert "| b | SKIPPED |" in md
-    assert "**b**: skipped, not touched: GPUs not healthy: GPU 3 (bus 5D): " in md
+    assert "**b**: skipped, not rolled: GPUs not healthy: GPU 3 (bus 5D): " in md
 
 
 def test_the_audit_line_names_the_health_verdict_and_every_problem():
@@ -81,3 +81,22 @@ def test_the_audit_line_names_the_health_verdict_and_every_problem():
                        "health_problems": [LINE]})
     assert line.startswith("h: DRIFT: health, vllm 0.33.0, pristine")
     assert "GPU health: 1 of 8 GPUs unhealthy (GPU 3)" in line and line.endswith(LINE)
+
+
+@pytest.mark.parametrize("health, problems, expected", [
+    ({"healthy": "false", "nvml_available": True, "summary": "s"}, ["a"], "GPUs not healthy: s: a"),
+    ({"healthy": 1, "nvml_available": True, "summary": "s"}, ["a"], "GPUs not healthy: s: a"),
+    ({"healthy": False, "nvml_available": True, "summary": "s"}, "one line", "GPUs not healthy: s: one line"),
+    ("broken", [], "GPU health could not be read (the plan's health is str)"),
+])
+def test_only_a_health_that_says_true_lets_a_host_be_rolled(health, problems, expected):
+    result = {"row": dict(ROW, gpu_health="s", health_problems=problems), "health": health}
+    assert rollout_skip(result) == expected
+
+
+def test_markdown_text_shows_a_hostile_process_name_as_text():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import markdown_text
+    shown = markdown_text("GPU 5: pid 9 <img src=x onerror=alert(1)> [x](http://e) \x1b[31m\nline")
+    # (escaped: Markdown shows the characters, makes no tag or link of them)
+    assert "\x1b" not in shown and "\n" not in shown
+    assert "\\<img src=x onerror=alert(1)\\>" in shown and "\\[x\\](http://e)" in shown and "\\x1b" in shown

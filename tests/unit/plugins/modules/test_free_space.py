@@ -201,3 +201,23 @@ def test_a_hung_filesystem_among_paths_is_named_at_the_timeout(run, tmp_path, mo
     assert "(for the caches): the filesystem that would hold" in result["problems"][0]
     assert result["problems"][1] == "%s (for the dumps) was not measured: the time limit of 1 s passed first" % (
         tmp_path / "b")
+
+
+def test_paths_with_control_characters_cannot_forge_a_line_of_the_message(run, tmp_path):
+    code, result = run({"paths": [{"path": str(tmp_path / "a\n- all good"), "min_free_mib": 10 ** 9,
+                                   "purpose": "caches\x1b[2J\n- fine"}]})
+    assert code == 1
+    assert result["msg"].count("\n- ") == 1, result["msg"]
+    assert "a\\n- all good" in result["msg"] and "caches\\x1b[2J\\n- fine" in result["msg"]
+
+
+def test_the_same_place_named_twice_counts_once(run, tmp_path):
+    free = free_mib(str(tmp_path))
+    (tmp_path / "d").mkdir()
+    os.symlink(str(tmp_path / "d"), str(tmp_path / "link"))
+    need = free * 2 // 3
+    code, result = run({"paths": [{"path": str(tmp_path / "d"), "min_free_mib": need, "purpose": "caches"},
+                                  {"path": str(tmp_path / "link"), "min_free_mib": need, "purpose": "dumps"}]})
+    assert code == 0, result.get("msg")
+    [check] = result["checks"]
+    assert check["purpose"] == "caches; dumps" and check["min_free_mib"] == need
