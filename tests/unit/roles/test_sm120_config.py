@@ -55,6 +55,7 @@ def both_keys_in_both_files():
     hf_quant["quantization"]["kv_cache_scheme"] = dict(fixtures.KV_CACHE_SCHEME)
     return {"config.json": json.dumps(config, indent=2).encode(), "hf_quant_config.json": json.dumps(hf_quant).encode()}
 
+
 PLAY = """
 - name: Case {name}
   hosts: localhost
