@@ -35,7 +35,8 @@ def audit_line(row):
         parts.append("vllm %s" % one_line(row["build"]))
     parts.append(one_line(row.get("integrity") or "integrity unknown"))
     if as_int(row.get("config_keys_present")):
-        parts.append("%s SM120 KV-cache keys present" % one_line(row["config_keys_present"]))
+        parts.append("%s SM120 KV-cache keys present%s" % (one_line(row["config_keys_present"]), " (%s)" % one_line(
+            row["config_reason"]) if row.get("config_reason") else ""))
     if as_int(row.get("dumps")):
         parts.append("%s debug dumps (%s)" % (one_line(row["dumps"]), one_line(row.get("dumps_bytes", "?"))))
     if row.get("fingerprint"):
@@ -403,6 +404,9 @@ def rollout_row(host, facts):
         "artifacts_removed": dumps.get("count") if done and dumps else None,
         "artifacts_bytes": dumps.get("bytes_freed_human", "") if done and dumps else "",
         "config_keys_removed": config.get("removed_count") if done and config else None,
+        # the SM120 decision in a few words (which build, which row of fleet_sm120_fp8_kv_cache_builds) and in full
+        "config_policy": config.get("summary") or "" if done and config else "",
+        "config_reason": config.get("reason") or "" if done and config else "",
         "pristine": pristine,
         "single_stream_tok_s": _num_or_none(bench.get("single_stream_tok_s")),
         "peak_tok_s": _num_or_none(bench.get("peak_tok_s")),

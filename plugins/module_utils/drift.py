@@ -64,7 +64,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     load_pynvml,
     unavailable_result,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import strips
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import decide as sm120_decide
 from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
     DIFF_MAX_BYTES,
     DIFF_MAX_FILES,
@@ -436,13 +436,15 @@ def _not_done(part, why):
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
            nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
-           expected_fingerprint=None, accept_not_pristine=(), health=None):
+           expected_fingerprint=None, accept_not_pristine=(), health=None, config_builds=None, config_build=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
     already validated).  ``config_policy``: ``auto`` (the keys are drift
     where a GPU is SM120), ``strip`` (always drift), ``keep`` (never), decided
-    by sm120.strips(), the sm120_config role's own decision.
+    by sm120.decide(), the sm120_config role's own decision, for the build
+    ``config_build`` (None: the installed one) looked up in the checked table
+    ``config_builds`` (fleet_sm120_fp8_kv_cache_builds).
     ``deadline``: a bounded.Deadline for the whole run (None: 600 s).  Each
     part gets what is left of it; a part it leaves no time for is not done,
     and its cell of the row says so (and counts as drift); ``not_done``
@@ -526,7 +528,10 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     if wheel_diff["note"] and deadline.passed() and wheel_diff["note"].startswith("the time limit "):
         not_done.append(_not_done("diffs", wheel_diff["note"]))
     summary = gpus.get("summary") or {}
-    strip = strips(config_policy, gpu_facts(gpus))
+    config_build = config_build or (integrity or {}).get("version") or None
+    decision = sm120_decide(config_policy, model_dirs=True, gpus=gpu_facts(gpus), build=config_build,
+                            builds=config_builds)
+    strip = decision["action"] == "apply"
     drift = judge(integrity, present, config_errors, strip, dump_scan, unit_state, gpus, expect,
                   expected_version, package_cells, health_result)
 
@@ -542,6 +547,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "lock": package_cells["lock"],
         "config_keys_present": present,
         "config_policy": "strip" if strip else "keep",
+        "config_reason": decision["summary"],
         "config_errors": config_errors,
         "dumps": dump_scan["count"],
         "dumps_bytes": dump_scan["bytes_human"],
@@ -569,7 +575,8 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "environment": env,
         "integrity": integrity_detail,
         "packages": _packages_detail(packages),
-        "configs": {"keys_present": present, "policy": row["config_policy"], "files": config_files,
+        "configs": {"keys_present": present, "policy": row["config_policy"], "reason": decision["reason"],
+                    "build": config_build, "build_row": decision["build_row"], "files": config_files,
                     "errors": config_errors},
         "dumps": dump_scan,
         "unit": unit_state,

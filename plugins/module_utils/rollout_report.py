@@ -187,6 +187,7 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
     out = ["# Rollout summary", "", "| %s |" % " | ".join(columns), "|%s|" % "|".join(align)]
     out.extend("| %s |" % " | ".join(row_cells(row, bool(locked), with_balancer)) for row in rows)
     out.extend(["", "Batches, in the order they ran: %s." % (batches_line(batches) or "none (no host needed anything)")])
+    out.extend(kv_cache_lines(rows))
     if balancer_line(rows):
         out.extend(["", balancer_line(rows)])
     if locked:
@@ -223,6 +224,25 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
         out.extend(["", "Benchmark of the restarted hosts (`vllm bench serve`, baselines, plot): [%s](%s)"
                     % (benchmark_report, benchmark_report)])
     return "\n".join(out) + "\n"
+
+
+def kv_cache_lines(rows):
+    """The SM120 KV-cache decision of the hosts that ran it, one paragraph per distinct reason (with its hosts)."""
+    reasons = []
+    for row in rows:
+        reason = row.get("config_reason")
+        if not reason or not isinstance(reason, str):
+            continue
+        for entry in reasons:
+            if entry[0] == reason:
+                entry[1].append(cell(row.get("host")))
+                break
+        else:
+            reasons.append((reason, [cell(row.get("host"))]))
+    out = []
+    for reason, hosts in reasons:
+        out.extend(["", "SM120 KV-cache keys, %s: %s" % (", ".join(hosts), cell(reason))])
+    return out
 
 
 def _plain_link(target):
@@ -273,7 +293,8 @@ def host_line(row):
         parts.append("%s dumps removed%s" % (
             one_line(row["artifacts_removed"]), " (%s)" % one_line(row["artifacts_bytes"]) if row.get("artifacts_bytes") else ""))
     if row.get("config_keys_removed") is not None:
-        parts.append("%s config keys removed" % one_line(row["config_keys_removed"]))
+        parts.append("%s config keys removed%s" % (one_line(row["config_keys_removed"]), " (%s)" % one_line(
+            row["config_policy"]) if row.get("config_policy") else ""))
     if row.get("pristine") is not None:
         parts.append("pristine" if row["pristine"] else "NOT pristine")
     counts = short_counts(row.get("dependencies"))

@@ -131,6 +131,19 @@ options:
     type: str
     choices: [auto, strip, keep]
     default: auto
+  config_builds:
+    description:
+      - The table of vLLM builds that run an FP8 KV cache on SM120 (the C(fleet) role's C(fleet_sm120_fp8_kv_cache_builds)),
+        read as the C(sm120_config) role reads it. The first row whose C(versions) specifier takes O(config_build) applies;
+        one with C(fp8_kv_cache_on_sm120=true) makes the keys allowed whatever O(config_policy) (but V(keep)) and the GPUs say.
+    type: list
+    elements: dict
+    default: []
+  config_build:
+    description:
+      - The vLLM version the model configs are judged for. Left out, the installed build (RV(row.build)); the rollout's
+        plan gives its target build.
+    type: str
   artifact_paths:
     description:
       - The directories to scan for debug dumps (absolute, not V(/), not through a link).
@@ -412,6 +425,10 @@ row:
     config_policy:
       description: V(strip) when those keys are drift here, V(keep) when they are allowed.
       type: str
+    config_reason:
+      description: Why, in a few words (the build and the row of O(config_builds) that decided, or the GPUs).
+      type: str
+      sample: 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[2] ">=0.19.0"'
     config_errors:
       description: Model configs that cannot be planned (missing directory, malformed JSON, a refused link).
       type: list
@@ -590,6 +607,15 @@ configs:
     policy:
       description: As RV(row.config_policy).
       type: str
+    reason:
+      description: The decision in words, naming the build and the row of O(config_builds) (as the C(sm120_config) role says it).
+      type: str
+    build:
+      description: The build judged for (O(config_build), else the installed one); null when unknown.
+      type: str
+    build_row:
+      description: The row of O(config_builds) that took it (C(index) from 0, C(versions), C(fp8_kv_cache_on_sm120), C(note)), or null.
+      type: dict
     files:
       description: One entry per file, as RV(gpufleet.vllm.model_config#module:files) of M(gpufleet.vllm.model_config) in check mode.
       type: list
@@ -664,7 +690,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import val
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import files_problems, module_files
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import builds_problems, files_problems, module_files
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import DIFF_MAX_BYTES, DIFF_MAX_FILES, DIFF_MAX_TOTAL
 
@@ -687,6 +713,8 @@ def main():
             model_required_files=dict(type="list", elements="str", default=[]),
             model_symlinks=dict(type="str", choices=["refuse", "copy", "follow"], default="copy"),
             config_policy=dict(type="str", choices=list(CONFIG_POLICIES), default="auto"),
+            config_builds=dict(type="list", elements="dict", default=[]),
+            config_build=dict(type="str"),
             artifact_paths=dict(type="list", elements="path", default=list(DEFAULT_PATHS)),
             artifact_patterns=dict(type="list", elements="str", default=list(DEFAULT_PATTERNS)),
             artifact_recursive=dict(type="bool", default=False),
@@ -752,6 +780,7 @@ def main():
             model_files = module_files(params["model_keys"], params["model_required_files"])
     elif params["model_required_files"]:
         problems.append("model_required_files goes with model_keys (with model_files, say required: true per file).")
+    problems.extend(builds_problems(params["config_builds"], name="config_builds"))
     problems.extend("expect: %s" % p for p in validate_expect(params["expect"] or {}))
     problems.extend("health_%s" % p for p in validate_thresholds(params["health_thresholds"] or {}))
     if problems:
@@ -763,7 +792,8 @@ def main():
             runner(READ_TIMEOUT, deadline=deadline), module.get_bin_path("systemctl") if params["unit"] else None,
             link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
             model_dirs=params["model_dirs"], model_files=model_files, symlinks=params["model_symlinks"],
-            config_policy=params["config_policy"],
+            config_policy=params["config_policy"], config_builds=params["config_builds"],
+            config_build=params["config_build"],
             dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
                        max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,
                        max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),

@@ -19,7 +19,9 @@ description:
   - Checks O(files) and O(required_files) and returns them as the O(gpufleet.vllm.model_config#module:files) option
     of M(gpufleet.vllm.model_config) (RV(files)).
   - Says whether the GPUs have to be read to decide (RV(read_gpus)), and the decision (RV(action), RV(sm120),
-    RV(reason)) from the GPUs known so far (O(gpus)).
+    RV(reason), RV(summary)) from the GPUs known so far (O(gpus)) and the vLLM build the configs are for (O(build)).
+  - A row of O(builds) that takes O(build) and says it runs an FP8 KV cache on SM120 keeps the keys, whatever the GPUs
+    and O(force) say; the GPUs are then not read.
   - With O(plans), also returns the role's result (RV(result)) made from the plan and edit results of
     M(gpufleet.vllm.model_config), and one line per directory (RV(lines)).
   - Reads nothing on the host and changes nothing (C(changed=false)).
@@ -32,9 +34,26 @@ options:
     default: true
   force:
     description:
-      - Remove the keys whatever the GPUs report, or when they cannot be read.
+      - Remove the keys whatever the GPUs report, or when they cannot be read (not for a build that O(builds) says runs
+        an FP8 KV cache on SM120).
     type: bool
     default: false
+  build:
+    description:
+      - The vLLM version the model configs are for (the rollout's target build). Empty, the build is unknown and
+        O(builds) is not read.
+    type: str
+    default: ""
+  builds:
+    description:
+      - The table of vLLM builds (the C(fleet_sm120_fp8_kv_cache_builds) setting of the C(gpufleet.vllm.fleet) role), in
+        order; the first row whose C(versions) takes O(build) applies.
+      - Each row is C(versions) (a PEP 440 version specifier such as V(>=0.19.0); pre-releases and nightlies such as
+        V(0.33.1.dev7) are matched like any version, local labels such as V(+cu130) are ignored),
+        C(fp8_kv_cache_on_sm120) (true or false) and an optional one-line C(note), quoted in RV(reason).
+    type: list
+    elements: dict
+    default: []
   detect:
     description:
       - Whether the GPUs are read through NVML to decide. V(false) decides from O(gpus) alone.
@@ -55,8 +74,10 @@ options:
     default:
       config.json:
         - "**.kv_cache_scheme"
+        - "**.kv_cache_quant_algo"
       hf_quant_config.json:
         - quantization.kv_cache_quant_algo
+        - quantization.kv_cache_scheme
   required_files:
     description:
       - Files of O(files) that must exist in every model directory.
@@ -152,10 +173,26 @@ sm120:
   returned: always
   type: bool
 reason:
-  description: The decision in words, naming the setting to change for another answer.
+  description: The decision in words, naming the setting (and the row of O(builds)) to change for another answer.
   returned: always
   type: str
-  sample: "The GPUs report compute capability 12.0 (SM120): the FP8 KV-cache quantization keys are removed."
+  sample: "The GPUs report compute capability 12.0 (SM120): the FP8 KV-cache quantization keys are removed.
+    vLLM 0.17.1 runs no FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[0] \"<0.18.0\": ...)."
+summary:
+  description: The decision in a few words, for a summary line.
+  returned: always
+  type: str
+  sample: 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[2] ">=0.19.0"'
+build:
+  description: O(build), or null when it is empty.
+  returned: always
+  type: str
+build_row:
+  description:
+    - The row of O(builds) that took O(build) (C(index) from 0, C(versions), C(fp8_kv_cache_on_sm120), C(note)), or
+      null when none did.
+  returned: always
+  type: dict
 files:
   description: O(files) and O(required_files) as the O(gpufleet.vllm.model_config#module:files) option.
   returned: always
@@ -186,6 +223,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import (
     DEFAULT_FILES,
     DEFAULT_REQUIRED_FILES,
+    builds_problems,
     decide,
     files_problems,
     module_files,
@@ -201,6 +239,8 @@ def main():
         argument_spec=dict(
             strip_kv_cache_keys=dict(type="bool", default=True),
             force=dict(type="bool", default=False),
+            build=dict(type="str", default=""),
+            builds=dict(type="list", elements="dict", default=[]),
             detect=dict(type="bool", default=True),
             model_dirs=dict(type="list", elements="path", default=[]),
             files=dict(type="dict", default=DEFAULT_FILES),
@@ -214,7 +254,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    problems = files_problems(params["files"], params["required_files"])
+    problems = files_problems(params["files"], params["required_files"]) + builds_problems(params["builds"])
     if problems:
         module.fail_json(msg=" ".join(problems) + " Nothing was changed.", changed=False)
     model_dirs = []
@@ -224,8 +264,9 @@ def main():
     policy = policy_of(params["strip_kv_cache_keys"], params["force"])
     decision = decide(policy, model_dirs=model_dirs, gpus=params["gpus"], detect=params["detect"],
                       check_mode=module.check_mode, tools_ready=params["host_tools_ready"],
-                      nvml_error=params["nvml_error"])
-    result = dict(changed=False, policy=policy, read_gpus=read_gpus(policy, model_dirs, params["detect"]),
+                      nvml_error=params["nvml_error"], build=params["build"], builds=params["builds"])
+    result = dict(changed=False, policy=policy,
+                  read_gpus=read_gpus(policy, model_dirs, params["detect"], params["build"], params["builds"]),
                   files=module_files(params["files"], params["required_files"]), model_dirs=model_dirs, **decision)
     if params["plans"] is not None:
         result["result"] = summarize(decision, params["force"], module.check_mode, params["plans"], params["applied"])

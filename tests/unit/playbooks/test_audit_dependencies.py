@@ -189,3 +189,21 @@ def test_a_bad_number_of_lines_is_refused_before_any_host_is_read(tmp_path):
     assert "audit_dependency_lines is the number of lines of each host's dependency diff shown in drift.md" in output
     assert 'got "all". Nothing was read from the hosts.' in output
     assert "Stand-in for the per-host read" not in output and report is None
+
+
+def test_the_report_says_why_the_sm120_keys_are_drift_or_allowed_once_per_reason(tmp_path):
+    kept = 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[2] ">=0.19.0"'
+    removed = 'keys removed: SM120, vLLM 0.17.1, fleet_sm120_fp8_kv_cache_builds[0] "<0.18.0"'
+    fleet = {"gpu-a01": result(NEW), "gpu-a02": result(NEW), "gpu-a03": result(NEW)}
+    fleet["gpu-a01"]["row"].update(config_keys_present=2, config_policy="keep", config_reason=kept)
+    fleet["gpu-a02"]["row"].update(config_keys_present=2, config_policy="strip", config_reason=removed,
+                                   drift=["config"])
+    fleet["gpu-a03"]["row"].update(config_keys_present=0, config_policy="keep", config_reason=kept)
+    proc, report = run_report(tmp_path, fleet)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    md = (report / "drift.md").read_text()
+    assert "\nSM120 KV-cache keys, gpu-a01, gpu-a03: %s.\n" % kept in md, md
+    assert "\nSM120 KV-cache keys, gpu-a02: %s.\n" % removed in md, md
+    # the play's line of a host with keys present says why
+    assert "2 SM120 KV-cache keys present (%s)" % removed in " ".join(output.split()).replace('\\"', '"')

@@ -36,7 +36,25 @@ CASES = [
                    "fleet_config_files": {"../config.json": ["**.kv_cache_scheme"]}}, {}),
     ("malformed", {"fleet_model_dirs": ["{root}/side/dirty", "{root}/side/broken"],
                    "fleet_strip_kv_cache_keys_force": True}, {}),
+    # the table of builds (the fleet role's default): the rollout's target build keeps the keys, even when forced
+    ("build_keeps", {"fleet_model_dirs": ["{root}/newer"], "fleet_strip_kv_cache_keys_force": True,
+                     "reinstall_target_version": "0.33.1.dev7"}, {}),
+    # sm120_config_build wins over the target build; an older build loses both keys in both files
+    ("build_older", {"fleet_model_dirs": ["{root}/older"], "fleet_strip_kv_cache_keys_force": True,
+                     "sm120_config_build": "0.17.1", "reinstall_target_version": "0.33.0"}, {}),
+    ("bad_builds", {"fleet_model_dirs": ["{root}/newer"], "fleet_strip_kv_cache_keys_force": True,
+                    "fleet_sm120_fp8_kv_cache_builds": [{"versions": "0.19", "fp8_kv_cache_on_sm120": True}]}, {}),
 ]
+
+
+def both_keys_in_both_files():
+    """A model directory whose config.json and hf_quant_config.json each carry both KV-cache keys."""
+    config = fixtures.kimi_k25_config()
+    config["quantization_config"]["kv_cache_quant_algo"] = "FP8"
+    hf_quant = fixtures.modelopt_hf_quant_config()
+    hf_quant["quantization"]["kv_cache_scheme"] = dict(fixtures.KV_CACHE_SCHEME)
+    return {"config.json": json.dumps(config, indent=2).encode(), "hf_quant_config.json": json.dumps(hf_quant).encode()}
+
 
 PLAY = """
 - name: Case {name}
@@ -85,6 +103,8 @@ def runs(tmp_path_factory):
         fixtures.make_model_dir(os.path.join(root, name))
     fixtures.write_plain(os.path.join(root, "forced", "clean"), {"config.json": b'{"architectures": []}\n'})
     fixtures.write_plain(os.path.join(root, "side", "broken"), {"config.json": BROKEN.encode()})
+    for name in ("newer", "older"):
+        fixtures.write_plain(os.path.join(root, name), both_keys_in_both_files())
     before = _tree(root)
     plays = []
     for name, variables, keywords in CASES:
@@ -114,7 +134,8 @@ def test_forced_run_removes_the_keys_and_reports_each_directory(runs):
     result = results["forced.json"]
     assert (result["action"], result["applied"], result["forced"], result["sm120"]) == ("apply", True, True, None)
     assert result["reason"] == ("fleet_strip_kv_cache_keys_force is true: the KV-cache quantization keys are removed whatever the "
-                                "GPUs report.")
+                                "GPUs report. The vLLM build is unknown, so fleet_sm120_fp8_kv_cache_builds was not read.")
+    assert result["summary"] == "keys removed: forced, vLLM build unknown" and result["build"] is None
     assert result["changed"] is True and result["removed_count"] == 2 and result["check_mode"] is False
     dirty, clean = result["dirs"]
     assert dirty["path"] == root + "/forced/dirty" and dirty["changed"] is True
@@ -173,3 +194,38 @@ def test_malformed_config_fails_the_plan_naming_line_and_column_and_nothing_is_w
     assert failed[0]["line"] == 5 and failed[0]["column"] == 3, failed[0]["msg"]
     assert root + "/side/broken/config.json" in failed[0]["msg"]
     assert _unchanged(runs, "side")
+
+
+def test_a_target_build_that_runs_fp8_kv_cache_on_sm120_keeps_the_keys_even_when_forced(runs):
+    result = runs[2]["build_keeps.json"]
+    assert result["action"] == "skip" and result["applied"] is False and result["forced"] is True
+    assert result["build"] == "0.33.1.dev7" and result["build_row"]["index"] == 2
+    assert result["reason"].startswith('vLLM 0.33.1.dev7 runs an FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[2] '
+                                       '">=0.19.0": Triton MLA FP8 KV cache (vLLM PR 34597')
+    assert result["reason"].endswith("): the KV-cache quantization keys are kept.")
+    assert result["summary"] == 'keys kept: vLLM 0.33.1.dev7, fleet_sm120_fp8_kv_cache_builds[2] ">=0.19.0"'
+    assert result["dirs"] == [] and result["changed"] is False
+    assert _unchanged(runs, "newer")
+
+
+def test_an_older_build_loses_both_keys_in_both_files_naming_its_row(runs):
+    root = runs[0]
+    result = runs[2]["build_older.json"]
+    assert result["action"] == "apply" and result["build"] == "0.17.1" and result["build_row"]["index"] == 0
+    assert 'vLLM 0.17.1 runs no FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[0] "<0.18.0"' in result["reason"]
+    assert result["removed_count"] == 4
+    assert sorted((os.path.basename(r["file"]), r["key"]) for r in result["dirs"][0]["removed"]) == [
+        ("config.json", "quantization_config.kv_cache_quant_algo"), ("config.json", "quantization_config.kv_cache_scheme"),
+        ("hf_quant_config.json", "quantization.kv_cache_quant_algo"), ("hf_quant_config.json", "quantization.kv_cache_scheme")]
+    for name in ("config.json", "hf_quant_config.json"):
+        with open(os.path.join(root, "older", name), encoding="utf-8") as handle:
+            text = handle.read()
+        assert "kv_cache_scheme" not in text and "kv_cache_quant_algo" not in text
+
+
+def test_a_bad_table_of_builds_fails_before_anything_is_read(runs):
+    failure = runs[2]["bad_builds.failed.json"]
+    assert failure["task"] == "Check the settings and whether the GPUs have to be read"
+    assert "fleet_sm120_fp8_kv_cache_builds[0].versions must be a PEP 440 version specifier" in failure["result"]["msg"]
+    assert "bad_builds.json" not in runs[2]
+    assert _unchanged(runs, "newer")

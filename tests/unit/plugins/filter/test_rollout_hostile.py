@@ -18,7 +18,7 @@ CONTROL = re.compile('[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]')
 KEYS = ['host', 'status', 'build_before', 'build_after', 'pristine_before', 'downtime_s', 'artifacts_removed',
         'artifacts_bytes', 'config_keys_removed', 'pristine', 'single_stream_tok_s', 'peak_tok_s', 'benchmark',
         'needed', 'failure', 'drift', 'reason', 'build', 'integrity', 'config_keys_present', 'dumps', 'dumps_bytes',
-        'unit', 'unit_state', 'config_errors', 'gpu_problems']
+        'unit', 'unit_state', 'config_errors', 'gpu_problems', 'config_policy', 'config_reason']
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(), st.binary().map(os.fsdecode))
 values = st.one_of(scalars, st.lists(scalars, max_size=3))
 

@@ -7,7 +7,10 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import os
+
 import pytest
+import yaml
 
 from helpers import module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
@@ -111,14 +114,135 @@ def test_the_audit_asks_the_same_decision(policy, gpus, drift):
     assert sm120.strips(policy, gpus) is drift
 
 
+# ------------------------------------------------------------------ the table of vLLM builds
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+
+def _yaml(*path):
+    with open(os.path.join(REPO, *path)) as handle:
+        return yaml.safe_load(handle)
+
+
+DEFAULT_BUILDS = _yaml("roles", "fleet", "defaults", "main.yml")["fleet_sm120_fp8_kv_cache_builds"]
+SIM_BUILDS = _yaml("tests", "sim", "inventory", "group_vars", "vllm_fleet.yml")["fleet_sm120_fp8_kv_cache_builds"]
+TABLE = [
+    {"versions": "<0.19.0", "fp8_kv_cache_on_sm120": False, "note": "no FP8 MLA on SM120"},
+    {"versions": ">=0.19.0", "fp8_kv_cache_on_sm120": True, "note": "Triton MLA FP8"},
+]
+
+BUILD_CASES = [
+    # (case, decide() keyword arguments, action, build_row index, words of the reason, summary)
+    ("a build that runs FP8 KV on SM120 keeps the keys", dict(gpus=BLACKWELL, build="0.33.0"), "skip", 1,
+     'vLLM 0.33.0 runs an FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[1] ">=0.19.0": Triton MLA FP8): '
+     "the KV-cache quantization keys are kept.",
+     'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[1] ">=0.19.0"'),
+    ("a nightly after the release", dict(gpus=BLACKWELL, build="0.33.1.dev7+g1a2b3c4.cu130"), "skip", 1,
+     "vLLM 0.33.1.dev7+g1a2b3c4.cu130 runs an FP8 KV cache on SM120", None),
+    ("kept even when forced", dict(policy="strip", gpus=H100, build="0.19.0"), "skip", 1, "keys are kept", None),
+    ("kept with the GPUs unknown", dict(build="0.19.0"), "skip", 1, "keys are kept", None),
+    ("an older build on SM120: removed, naming the row", dict(gpus=BLACKWELL, build="0.17.1"), "apply", 0,
+     "The GPUs report compute capability 12.0 (SM120): the FP8 KV-cache quantization keys are removed. vLLM 0.17.1 "
+     'runs no FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[0] "<0.19.0": no FP8 MLA on SM120).',
+     'keys removed: SM120, vLLM 0.17.1, fleet_sm120_fp8_kv_cache_builds[0] "<0.19.0"'),
+    ("a pre-release of the first good build is in no row", dict(gpus=BLACKWELL, build="0.19.0rc1"), "apply", None,
+     "vLLM 0.19.0rc1: no row of fleet_sm120_fp8_kv_cache_builds takes it.", "keys removed: SM120, vLLM 0.19.0rc1 in no row"),
+    ("an older build forced", dict(policy="strip", gpus=H100, build="0.17.1"), "apply", 0,
+     "fleet_strip_kv_cache_keys_force is true", 'keys removed: forced, vLLM 0.17.1, fleet_sm120_fp8_kv_cache_builds[0]'),
+    ("an older build on H100", dict(gpus=H100, build="0.17.1"), "skip", 0, "No GPU reports compute capability 12.x",
+     "keys left as they are: no SM120 GPU"),
+    ("build unknown", dict(gpus=BLACKWELL), "apply", None,
+     "The vLLM build is unknown, so fleet_sm120_fp8_kv_cache_builds was not read.",
+     "keys removed: SM120, vLLM build unknown"),
+    ("a build that is no version", dict(gpus=BLACKWELL, build="nightly"), "apply", None,
+     "vLLM 'nightly' is not a PEP 440 version", None),
+    ("the policy switch wins over the table", dict(policy="keep", gpus=BLACKWELL, build="0.17.1"), "skip", 0,
+     "fleet_strip_kv_cache_keys is false", "keys kept: fleet_strip_kv_cache_keys is false"),
+    ("check mode previews for an older build", dict(check_mode=True, build="0.17.1"), "preview", 0,
+     'runs no FP8 KV cache on SM120 (fleet_sm120_fp8_kv_cache_builds[0]', None),
+    ("no table", dict(gpus=BLACKWELL, build="0.33.0", builds=[]), "apply", None,
+     "vLLM 0.33.0: no row of fleet_sm120_fp8_kv_cache_builds takes it.", None),
+]
+
+
+@pytest.mark.parametrize("case, kwargs, action, index, words, summary", BUILD_CASES, ids=[c[0] for c in BUILD_CASES])
+def test_decision_by_build(case, kwargs, action, index, words, summary):
+    kwargs = dict(dict(policy="auto", model_dirs=DIRS, builds=TABLE), **kwargs)
+    decision = sm120.decide(kwargs.pop("policy"), **kwargs)
+    assert decision["action"] == action, decision
+    assert (decision["build_row"] or {}).get("index") == index
+    assert words in decision["reason"], decision["reason"]
+    if summary:
+        assert decision["summary"].startswith(summary), decision["summary"]
+
+
+@pytest.mark.parametrize("build, needed", [("0.33.0", False), ("0.17.1", True), ("", True), (None, True)])
+def test_the_gpus_are_not_read_for_a_build_that_keeps_the_keys(build, needed):
+    assert sm120.read_gpus("auto", DIRS, True, build, TABLE) is needed
+
+
+# the default table (roles/fleet/defaults/main.yml), from vLLM's record: PR 34597 released in 0.18.0, the MLA FP8
+# KV-scale fix PR 37054 in 0.19.0
+@pytest.mark.parametrize("build, index, kept", [
+    ("0.16.0", 0, False),
+    ("0.17.1", 0, False),
+    ("0.18.0", 1, False),
+    ("0.18.1", 1, False),
+    ("0.19.0rc1", None, False),  # a pre-release of 0.19.0 is in no row: removed, the safe side
+    ("0.19.0", 2, True),
+    ("0.33.0", 2, True),
+    ("0.33.1.dev7", 2, True),
+])
+def test_the_default_table(build, index, kept):
+    assert sm120.builds_problems(DEFAULT_BUILDS) == []
+    decision = sm120.decide("auto", model_dirs=DIRS, gpus=BLACKWELL, build=build, builds=DEFAULT_BUILDS)
+    assert (decision["build_row"] or {}).get("index") == index
+    assert decision["action"] == ("skip" if kept else "apply")
+
+
+@pytest.mark.parametrize("build", ["0.33.0", "0.33.1.dev7"])
+def test_the_simulated_fleet_keeps_removing_the_keys(build):
+    """The simulated fleet runs 0.33.0 and the nightly 0.33.1.dev7, which the default table keeps the keys for; its
+    inventory sets a table of its own so the molecule scenarios still see the keys removed on SM120 and audited as
+    drift (both outcomes, by one build, with the two tables)."""
+    assert sm120.builds_problems(SIM_BUILDS) == []
+    kept = sm120.decide("auto", model_dirs=DIRS, gpus=BLACKWELL, build=build, builds=DEFAULT_BUILDS)
+    removed = sm120.decide("auto", model_dirs=DIRS, gpus=BLACKWELL, build=build, builds=SIM_BUILDS)
+    assert kept["action"] == "skip" and removed["action"] == "apply"
+    assert "fleet_sm120_fp8_kv_cache_builds[0]" in removed["reason"]
+    assert sm120.strips("auto", BLACKWELL, build, SIM_BUILDS) is True
+    assert sm120.strips("auto", BLACKWELL, build, DEFAULT_BUILDS) is False
+
+
+@pytest.mark.parametrize("builds, words", [
+    ("all", "must be a list of rows"),
+    ([{"versions": ">=0.19", "fp8_kv_cache_on_sm120": True}] * 65, "65 rows; at most 64"),
+    (["row"], "fleet_sm120_fp8_kv_cache_builds[0] must be a mapping"),
+    ([{"versions": "0.19", "fp8_kv_cache_on_sm120": True}], "[0].versions must be a PEP 440 version specifier"),
+    ([{"fp8_kv_cache_on_sm120": True}], "[0].versions must be a PEP 440 version specifier"),
+    ([{"versions": ">=0.19", "fp8_kv_cache_on_sm120": "yes"}], "[0].fp8_kv_cache_on_sm120 must be true or false"),
+    ([{"versions": ">=0.19", "fp8_kv_cache_on_sm120": True, "note": "two\nlines"}], "[0].note must be one line"),
+    ([{"versions": ">=0.19", "fp8_kv_cache_on_sm120": True, "note": "x" * 241}], "at most 240 characters"),
+    ([{"versions": ">=0.19", "fp8_kv_cache_on_sm120": True, "version": "0.19"}], "unknown keys: version"),
+])
+def test_bad_tables_are_named(builds, words):
+    problems = sm120.builds_problems(builds)
+    assert any(words in p for p in problems), problems
+
+
+def test_a_good_table_has_no_problem():
+    assert sm120.builds_problems(TABLE) == [] and sm120.builds_problems([]) == []
+
+
 # ------------------------------------------------------------------ the files and their keys
 
 
 def test_the_role_defaults_become_the_model_config_files_option():
     assert sm120.files_problems(sm120.DEFAULT_FILES, sm120.DEFAULT_REQUIRED_FILES) == []
     assert sm120.module_files(sm120.DEFAULT_FILES, sm120.DEFAULT_REQUIRED_FILES) == [
-        {"name": "config.json", "absent": ["**.kv_cache_scheme"], "required": True},
-        {"name": "hf_quant_config.json", "absent": ["quantization.kv_cache_quant_algo"], "required": False},
+        {"name": "config.json", "absent": ["**.kv_cache_scheme", "**.kv_cache_quant_algo"], "required": True},
+        {"name": "hf_quant_config.json", "absent": ["quantization.kv_cache_quant_algo", "quantization.kv_cache_scheme"],
+         "required": False},
     ]
 
 
@@ -181,7 +305,7 @@ def test_summary_takes_the_edit_where_one_was_made_and_the_plan_elsewhere():
     result = sm120.summarize(APPLY, False, False, [plan_a, plan_b], applied)
     assert result == {
         "action": "apply", "applied": True, "sm120": True, "forced": False, "reason": APPLY["reason"],
-        "check_mode": False, "changed": True, "removed_count": 1,
+        "build": None, "build_row": None, "summary": "", "check_mode": False, "changed": True, "removed_count": 1,
         "dirs": [
             {"path": "/m/a", "changed": True, "removed_count": 1,
              "removed": [{"file": "/m/a/config.json", "key": "quantization_config.kv_cache_scheme",
@@ -226,7 +350,8 @@ def test_module_decides_from_the_gpus_and_returns_the_files(run):
     assert (res["policy"], res["read_gpus"], res["action"], res["sm120"]) == ("auto", True, "apply", True)
     assert res["reason"].startswith("The GPUs report compute capability 12.0 (SM120)")
     assert res["model_dirs"] == DIRS
-    assert res["files"][0] == {"name": "config.json", "absent": ["**.kv_cache_scheme"], "required": True}
+    assert res["files"][0] == {"name": "config.json", "absent": ["**.kv_cache_scheme", "**.kv_cache_quant_algo"],
+                               "required": True}
     assert "result" not in res
 
 
@@ -248,6 +373,20 @@ def test_module_fails_on_bad_files_naming_them(run):
     assert rc == 1 and res["failed"] is True and res["changed"] is False
     assert '"../config.json" (a name with "..")' in res["msg"]
     assert 'unknown: "tokenizer.json".' in res["msg"] and res["msg"].endswith("Nothing was changed.")
+
+
+def test_module_keeps_the_keys_for_a_build_of_the_table(run):
+    rc, res = run({"model_dirs": DIRS, "build": "0.33.0", "builds": TABLE})
+    assert rc == 0, res
+    assert (res["read_gpus"], res["action"], res["build"]) == (False, "skip", "0.33.0")
+    assert res["build_row"] == dict(TABLE[1], index=1)
+    assert res["summary"] == 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[1] ">=0.19.0"'
+
+
+def test_module_fails_on_a_bad_table_naming_the_row(run):
+    rc, res = run({"model_dirs": DIRS, "build": "0.33.0", "builds": [TABLE[0], {"versions": "0.19"}]})
+    assert rc == 1 and res["failed"] is True and res["changed"] is False
+    assert "fleet_sm120_fp8_kv_cache_builds[1].versions" in res["msg"] and res["msg"].endswith("Nothing was changed.")
 
 
 def test_module_sums_up_the_role_result(run):

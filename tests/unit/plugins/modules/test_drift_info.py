@@ -187,6 +187,40 @@ def test_kv_cache_keys_are_drift_by_policy_and_gpus(host, cc, policy, drift):
     assert res["row"]["config_policy"] == ("strip" if drift else "keep")
 
 
+BUILDS = [
+    {"versions": "<0.19.0", "fp8_kv_cache_on_sm120": False, "note": "no FP8 MLA on SM120"},
+    {"versions": ">=0.19.0", "fp8_kv_cache_on_sm120": True, "note": "Triton MLA FP8"},
+]
+
+
+@pytest.mark.parametrize("config_build, drift, index, reason", [
+    # the installed build (0.33.0) runs an FP8 KV cache on SM120: the keys are allowed
+    (None, False, 1, 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[1] ">=0.19.0"'),
+    # the rollout's plan judges for its target build
+    ("0.17.1", True, 0, 'keys removed: SM120, vLLM 0.17.1, fleet_sm120_fp8_kv_cache_builds[0] "<0.19.0"'),
+    ("0.33.1.dev7", False, 1, "keys kept: vLLM 0.33.1.dev7"),
+])
+def test_kv_cache_keys_are_drift_by_the_build_and_its_row(host, config_build, drift, index, reason):
+    nvml_state.update_state(lambda d: d.update({"default.cc": "12.0"}), host.nvml)
+    args = host.args(config_builds=BUILDS)
+    if config_build:
+        args["config_build"] = config_build
+    rc, res = host.run(args)
+    assert rc == 0, res
+    assert res["row"]["config_keys_present"] == 2
+    assert ("config" in res["row"]["drift"]) is drift
+    assert res["row"]["config_policy"] == ("strip" if drift else "keep")
+    assert res["row"]["config_reason"].startswith(reason), res["row"]["config_reason"]
+    assert res["configs"]["build"] == (config_build or "0.33.0") and res["configs"]["build_row"]["index"] == index
+    assert ("vLLM %s" % (config_build or "0.33.0")) in res["configs"]["reason"]
+
+
+def test_a_bad_table_of_builds_is_refused_naming_the_row(host):
+    rc, res = host.run(host.args(config_builds=[{"versions": ">=0.19", "fp8_kv_cache_on_sm120": "yes"}]))
+    assert rc == 1 and res["changed"] is False
+    assert "config_builds[0].fp8_kv_cache_on_sm120 must be true or false" in res["msg"]
+
+
 def test_malformed_config_is_config_drift_naming_the_file(host):
     (host.model / "config.json").write_text('{"architectures": [}\n')
     rc, res = host.run(host.args(config_policy="keep"))
