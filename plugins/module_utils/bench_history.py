@@ -306,7 +306,9 @@ def trend_sentence(host, model, quantization, lines, runs=5):
 
 
 def _below(line, name):
-    """Whether the figure NAME of LINE is under the floor of the baseline it was judged against."""
+    """Whether the figure NAME of LINE is under the floor of the baseline it was judged against (gate mode only)."""
+    if line.get('mode') == 'record':
+        return False
     expected, tol = line.get('baseline_%s' % name), line.get('tolerance')
     return bool(expected and tol is not None and line[name] < expected * (1 - tol))
 
@@ -352,7 +354,9 @@ def render_trend_png(series, title='vLLM benchmark history'):
                     runs.setdefault(line['run_id'], line)
             order = sorted(runs, key=lambda run: (runs[run].get('date') or '', run))[-MAX_POINTS:]
             position = dict((run, index) for index, run in enumerate(order))
-            latest = [line for item in items for line in item['lines'][-1:]]
+            # the band: the baseline the latest gated run of a host was judged against
+            latest = [[line for line in item['lines'] if line.get('mode') != 'record'][-1:] for item in items]
+            latest = [line for lines in latest for line in lines]
             for column, (name, label) in enumerate((('single_stream_tok_s', 'single stream'), ('peak_tok_s', 'peak'))):
                 axis = axes[row][column]
                 values = []

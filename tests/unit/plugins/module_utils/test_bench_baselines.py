@@ -460,3 +460,12 @@ def test_module_reports_a_corrupt_history_line_and_goes_on(tmp_path, run_module)
     assert result['problems'] == result['history']['problems']
     lines, dummy = bench_history.read(str(target / 'kimi-k2.5.int4.jsonl'))
     assert [item['run_id'] for item in lines] == ['r0', 'r1']
+
+
+def test_trend_png_marks_no_regression_on_a_record_run_and_bands_the_gated_baseline():
+    pytest.importorskip('matplotlib')
+    gated = [line('r1'), dict(line('r2', peak=2000.0), mode='record', baseline_peak_tok_s=10000.0), line('r3')]
+    series = [{'host': 'gpu-node-1', 'model': 'kimi-k2.5', 'quantization': 'int4', 'lines': gated}]
+    assert [bench_history._below(item, 'peak_tok_s') for item in gated] == [False, False, False]
+    assert bench_history._below(dict(line('r4', peak=2000.0)), 'peak_tok_s') is True
+    assert bench_history.render_trend_png(series, 'x').startswith(b'\x89PNG')
