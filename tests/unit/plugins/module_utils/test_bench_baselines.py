@@ -111,8 +111,8 @@ def make_model_dir():
     return module.make_model_dir
 
 
-@pytest.mark.parametrize('hf_quant, layout, quant', [(True, 'plain', 'nvfp4'), (False, 'plain', 'int4'),
-                                                      (True, 'hf-cache', 'nvfp4'), (False, 'hf-cache', 'int4')])
+@pytest.mark.parametrize('hf_quant, layout, quant', [
+    (True, 'plain', 'nvfp4'), (False, 'plain', 'int4'), (True, 'hf-cache', 'nvfp4'), (False, 'hf-cache', 'int4')])
 def test_the_simulated_kimi_dirs_are_detected_and_gated_as_their_variant(tmp_path, hf_quant, layout, quant):
     """An NVFP4 export (hf_quant_config.json) is nvfp4: not gated by INT4's figures; the INT4 checkpoint is."""
     made = make_model_dir()(str(tmp_path / 'model'), layout=layout, hf_quant=hf_quant)
