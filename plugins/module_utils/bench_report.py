@@ -257,6 +257,11 @@ PNG_ALT = ('Output tok/s against concurrency per host with the baseline band, TT
            'and each host against its baseline')
 
 
+def _recorded(entry):
+    """Whether the host's run was in record mode (its verdict gated nothing)."""
+    return (entry.get('meta') or {}).get('mode') == 'record' or entry.get('status') == 'recorded'
+
+
 TREND_ALT = 'Single-stream and peak output tok/s per host across runs, with the baseline band'
 
 
@@ -277,7 +282,7 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
     elif plot_note:
         lines.extend(['No figure: %s.' % md_text(plot_note), ''])
     if record_file:
-        lines.extend(['Record mode: no gate. The baselines measured are in %s: review them, then copy its entries '
+        lines.extend(['Record mode: no gate. The baselines measured are in %s: review it, then copy its entries '
                       'under `benchmark_baselines` in the inventory.' % md_code(record_file), ''])
     lines.extend(['## Fleet', '',
                   '| host | model | status | single stream tok/s | peak tok/s | at concurrency | failed requests '
@@ -286,6 +291,8 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
     for entry in entries:
         fig = host_figures(entry)
         verdict = fig['failure'] or fig['verdict'] or '-'
+        if not fig['failure'] and fig['verdict'] and _recorded(entry):
+            verdict = 'record mode, not gated; against the current baseline: %s' % fig['verdict']
         lines.append('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
             _cell(fig['host']), _cell(fig['model'] or '-'), _cell(fig['status']), _num(fig['single_stream_tok_s']),
             _num(fig['peak_tok_s']), _cell(fig['peak_concurrency']) if fig['peak_concurrency'] is not None else '-',
@@ -318,8 +325,11 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
             lines.extend(['', '**Failed:** %s' % _cell(meta['failure']),
                           '', 'Not compared with the baseline: the sweep did not finish.'])
         elif verdict.get('message'):
-            lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
-                                          _cell(verdict['message']))])
+            if _recorded(entry):
+                lines.extend(['', 'Record mode, not gated; against the current baseline: %s' % _cell(verdict['message'])])
+            else:
+                lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
+                                              _cell(verdict['message']))])
         for problem in entry.get('problems') or []:
             lines.extend(['', 'Unreadable: %s' % _cell(problem)])
     if trend:

@@ -125,6 +125,9 @@ def test_gate_record_and_gate_again_with_the_recorded_baseline(world):
     assert figures['recorded']['hosts'][0]['host'] == 'gpu-node-1'
     assert figures['recorded']['sweep']['concurrency'] == [1, 64]
     assert json.loads((work / 'reports' / 'record1' / 'gpu-node-1' / 'summary.json').read_text())['status'] == 'recorded'
+    report = (work / 'reports' / 'record1' / 'report.md').read_text()
+    assert '| recorded | 81.6 | 2,263.1 | 64 | 0 | record mode, not gated; against the current baseline: regression' in report
+    assert '**Regression**' not in report
 
     # 3. gate mode with the recorded baseline pasted in: compared, within, and the trend of the three runs shown
     code, out = play(world, 'night2', benchmark_baselines=recorded)
