@@ -40,10 +40,10 @@ def bench_summary(rows, single_stream_concurrency=1):
         raise AnsibleFilterError('bench_summary: %s' % exc)
 
 
-def bench_compare(summary, baselines, model=None, tolerance=0.10):
-    """A sweep summary against the baseline of its model -> regression verdict."""
+def bench_compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
+    """A sweep summary against the baseline of its model (and quantisation) -> regression verdict."""
     try:
-        return bench.compare(summary, baselines, model=model, tolerance=tolerance)
+        return bench.compare(summary, baselines, model=model, tolerance=tolerance, quantization=quantization)
     except ValueError as exc:
         raise AnsibleFilterError('bench_compare: %s' % exc)
 

@@ -20,7 +20,8 @@ Public API:
 
 * ``parse_result(data, concurrency=None, source=None) -> row``
 * ``summarize(rows, single_stream_concurrency=1) -> summary``
-* ``compare(summary, baselines, model=None, tolerance=0.10) -> verdict``
+* ``compare(summary, baselines, model=None, tolerance=0.10, quantization=None) -> verdict``
+* ``resolve_baseline(baselines, model, quantization=None) -> dict`` (flat or keyed by quantisation)
 * ``load_result_text(text) -> dict`` (JSON, or the last object of an
   ``--append-result`` file)
 * ``ROW_METRICS``: the latency fields of a row
@@ -398,9 +399,11 @@ def summarize(rows, single_stream_concurrency=1):
 
 
 def find_baseline(baselines, model):
-    """The baseline of ``model`` in a dict per served model name (exact, then case-insensitive).
+    """The entry of ``model`` in a dict per served model name (exact, then case-insensitive).
 
     ``baselines`` may also be one baseline (a dict with metric keys), used for any model.
+    The entry is returned as written: a baseline (flat form), a dict per
+    quantisation (keyed form), or anything else (see :func:`resolve_baseline`).
     """
     if not isinstance(baselines, dict) or not baselines:
         return None, None
@@ -419,14 +422,101 @@ def find_baseline(baselines, model):
     return None, None
 
 
+def _is_baseline(value):
+    return isinstance(value, dict) and any(key in value for key in COMPARED_METRICS)
+
+
+def baseline_form(entry):
+    """How a model's entry is written: ``flat`` (metric keys: any quantisation), ``keyed`` (per quantisation), None.
+
+    Raises ValueError for an entry that is neither: a mix of metric keys and
+    quantisation levels, or a quantisation level that is not a baseline
+    (a dict with single_stream_tok_s and/or peak_tok_s) or null.
+    """
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ValueError('must be a dict with single_stream_tok_s and/or peak_tok_s, got %r' % (entry,))
+    if _is_baseline(entry):
+        levels = sorted(str(key) for key, value in entry.items() if _is_baseline(value))
+        if levels:
+            raise ValueError('mixes the flat form (single_stream_tok_s/peak_tok_s) with quantisation levels (%s): '
+                             'write it per quantisation only' % ', '.join(levels))
+        return 'flat'
+    for key, value in entry.items():
+        if value is not None and not _is_baseline(value):
+            raise ValueError('quantisation %s must be a dict with single_stream_tok_s and/or peak_tok_s, or null '
+                             '(unknown until measured), got %r' % (key, value))
+    return 'keyed'
+
+
+def resolve_baseline(baselines, model, quantization=None):
+    """The baseline of ``model`` and ``quantization`` in ``baselines``.
+
+    Two forms per model, both accepted:
+
+    * keyed by quantisation, ``{model: {int4: {...}, nvfp4: null}}``: the
+      level of ``quantization`` (exact, then case-insensitive); a level that
+      is missing or null, or an unknown quantisation, is no baseline;
+    * flat, ``{model: {single_stream_tok_s: .., peak_tok_s: ..}}`` (the
+      form before baselines were keyed): the model's baseline whatever its
+      quantisation, said so in ``label``.
+
+    Returns a dict: baseline (a dict or None), model (the key found), label
+    (how a person names it: ``kimi-k2.5 int4``), form (flat, keyed, single
+    or None), levels (the quantisations a keyed entry lists) and missing (a
+    sentence when no baseline applies, else None).
+    """
+    entry, key = find_baseline(baselines, model)
+    quant = None if quantization in (None, '') else str(quantization)
+    found = {'baseline': None, 'model': key, 'label': key, 'form': None, 'levels': [], 'missing': None}
+    if entry is baselines and _is_baseline(baselines):
+        found.update(baseline=entry, form='single')
+        return found
+    if key is None:
+        found['missing'] = 'no baseline for model %s%s: nothing compared' % (model, ' ' + quant if quant else '')
+        return found
+    try:
+        form = baseline_form(entry)
+    except ValueError as exc:
+        raise ValueError('the baseline of %s %s' % (key, exc))
+    found['form'] = form
+    if form is None:
+        found['missing'] = 'no baseline for model %s: nothing compared' % key
+    elif form == 'flat':
+        found['baseline'] = entry
+        if quant:
+            found['label'] = '%s (flat baseline, any quantisation; measured here: %s)' % (key, quant)
+    else:
+        found['levels'] = sorted(str(level) for level in entry)
+        level_key = None
+        if quant is not None:
+            level_key = quant if quant in entry else next(
+                (level for level in entry if str(level).lower() == quant.lower()), None)
+        if quant is None:
+            found['missing'] = ('no baseline for %s: its quantisation is unknown and its baselines are kept per '
+                                'quantisation (%s); set benchmark_quantization' % (key, ', '.join(found['levels'])))
+        elif level_key is None or entry[level_key] is None:
+            found['label'] = '%s %s' % (key, quant)
+            found['missing'] = ('no baseline for %s %s: record one with benchmark_mode=record and add it under '
+                                'benchmark_baselines[%s][%s]' % (key, quant, key, quant))
+        else:
+            found['baseline'] = entry[level_key]
+            found['label'] = '%s %s' % (key, level_key)
+    return found
+
+
 def _fmt(value):
     if value is None:
         return 'n/a'
     return '{:,.1f}'.format(value)
 
 
-def compare(summary, baselines, model=None, tolerance=0.10):
+def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
     """Regression verdict of a :func:`summarize` result against a baseline.
+
+    ``quantization`` picks the level of a model whose baselines are keyed by
+    quantisation (:func:`resolve_baseline`).
 
     A metric regresses when measured < baseline * (1 - tolerance). A metric
     the sweep did not measure (no concurrency-1 level, every level failed)
@@ -435,17 +525,16 @@ def compare(summary, baselines, model=None, tolerance=0.10):
     baseline, tolerance, checked (a baseline with at least one metric was
     found), regressed, regressions (sentences), metrics (per metric:
     measured, baseline, floor, ratio, status ok|regressed|above|
-    not_measured|no_baseline) and message.
+    not_measured|no_baseline), quantization, baseline_label, baseline_form
+    and message.
     """
     tol = _number(tolerance)
     if tol is None or tol < 0 or tol >= 1:
         raise ValueError('tolerance must be a fraction from 0 to below 1 (0.10 = 10%%), got %r' % (tolerance,))
     if not isinstance(summary, dict):
         raise ValueError('expected the summary of a sweep (a dict), got %s' % type(summary).__name__)
-    baseline, baseline_model = find_baseline(baselines, model)
-    if baseline is not None and not isinstance(baseline, dict):
-        raise ValueError('the baseline of %s must be a dict with single_stream_tok_s and/or peak_tok_s, got %r'
-                         % (baseline_model, baseline))
+    found = resolve_baseline(baselines, model, quantization)
+    baseline, baseline_model, label = found['baseline'], found['model'], found['label']
     metrics = {}
     regressions = []
     checked = False
@@ -473,13 +562,13 @@ def compare(summary, baselines, model=None, tolerance=0.10):
                     entry['status'] = 'ok'
         metrics[name] = entry
     if not checked:
-        message = 'no baseline for model %s: nothing compared' % (model,)
+        message = found['missing'] or 'no baseline for %s: nothing compared' % (label or model,)
     elif regressions:
-        message = 'regression against the baseline of %s: %s' % (baseline_model, '; '.join(regressions))
+        message = 'regression against the baseline of %s: %s' % (label, '; '.join(regressions))
     else:
         parts = ['%s %s tok/s (baseline %s)' % (METRIC_LABELS[name], _fmt(entry['measured']), _fmt(entry['baseline']))
                  for name, entry in metrics.items() if entry['status'] in ('ok', 'above')]
-        message = 'within %.0f%% of the baseline of %s: %s' % (tol * 100, baseline_model, ', '.join(parts))
+        message = 'within %.0f%% of the baseline of %s: %s' % (tol * 100, label, ', '.join(parts))
         above = [name for name, entry in metrics.items() if entry['status'] == 'above']
         if above:
             message += (' (above the baseline by more than the tolerance: %s; consider raising the baseline)'
@@ -487,6 +576,9 @@ def compare(summary, baselines, model=None, tolerance=0.10):
     return {
         'model': model,
         'baseline_model': baseline_model,
+        'baseline_label': label,
+        'baseline_form': found['form'],
+        'quantization': None if quantization in (None, '') else str(quantization),
         'baseline': baseline,
         'tolerance': tol,
         'checked': checked,

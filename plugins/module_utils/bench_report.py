@@ -257,8 +257,21 @@ PNG_ALT = ('Output tok/s against concurrency per host with the baseline band, TT
            'and each host against its baseline')
 
 
-def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png', plot_note=None):
-    """The Markdown report; ``plot_note`` (when there is no figure) says why, under the first paragraph."""
+def _recorded(entry):
+    """Whether the host's run was in record mode (its verdict gated nothing)."""
+    return (entry.get('meta') or {}).get('mode') == 'record' or entry.get('status') == 'recorded'
+
+
+TREND_ALT = 'Single-stream and peak output tok/s per host across runs, with the baseline band'
+
+
+def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_name='report.png', plot_note=None,
+                    trend=None, trend_png=None, record_file=None):
+    """The Markdown report; ``plot_note`` (when there is no figure) says why, under the first paragraph.
+
+    ``trend``: sentences of the history's trend per host (bench_history.trend_sentence), shown with
+    ``trend_png`` (a file name beside report.md); ``record_file``: the baseline file of record mode.
+    """
     lines = ['# %s' % md_text(title), '']
     lines.append('Run %s: %d host%s. Output token throughput is what `vllm bench serve` reports '
                  '(output tokens / benchmark duration); single stream is the concurrency-1 level, peak the best '
@@ -268,6 +281,9 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
         lines.extend(['![%s](%s)' % (PNG_ALT, png_name), ''])
     elif plot_note:
         lines.extend(['No figure: %s.' % md_text(plot_note), ''])
+    if record_file:
+        lines.extend(['Record mode: no gate. The baselines measured are in %s: review it, then copy its entries '
+                      'under `benchmark_baselines` in the inventory.' % md_code(record_file), ''])
     lines.extend(['## Fleet', '',
                   '| host | model | status | single stream tok/s | peak tok/s | at concurrency | failed requests '
                   '| verdict |',
@@ -275,6 +291,8 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
     for entry in entries:
         fig = host_figures(entry)
         verdict = fig['failure'] or fig['verdict'] or '-'
+        if not fig['failure'] and fig['verdict'] and _recorded(entry):
+            verdict = 'record mode, not gated; against the current baseline: %s' % fig['verdict']
         lines.append('| %s | %s | %s | %s | %s | %s | %s | %s |' % (
             _cell(fig['host']), _cell(fig['model'] or '-'), _cell(fig['status']), _num(fig['single_stream_tok_s']),
             _num(fig['peak_tok_s']), _cell(fig['peak_concurrency']) if fig['peak_concurrency'] is not None else '-',
@@ -284,7 +302,7 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
         summary = entry.get('summary') or {}
         lines.extend(['', '## %s' % md_text(entry['host']), ''])
         facts = []
-        for key, label in (('model', 'model'), ('base_url', 'server'), ('input_len', 'input tokens'),
+        for key, label in (('model', 'model'), ('quantization', 'quantisation'), ('base_url', 'server'), ('input_len', 'input tokens'),
                            ('output_len', 'output tokens'), ('backend', 'backend'), ('vllm_version', 'vLLM'),
                            ('started', 'started')):
             if meta.get(key) not in (None, ''):
@@ -307,10 +325,19 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
             lines.extend(['', '**Failed:** %s' % _cell(meta['failure']),
                           '', 'Not compared with the baseline: the sweep did not finish.'])
         elif verdict.get('message'):
-            lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
-                                          _cell(verdict['message']))])
+            if _recorded(entry):
+                lines.extend(['', 'Record mode, not gated; against the current baseline: %s' % _cell(verdict['message'])])
+            else:
+                lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
+                                              _cell(verdict['message']))])
         for problem in entry.get('problems') or []:
             lines.extend(['', 'Unreadable: %s' % _cell(problem)])
+    if trend:
+        lines.extend(['', '## Trend', '', 'Each host against its own earlier runs of the same model and quantisation '
+                      '(the benchmark history), first to last of the runs named:', ''])
+        lines.extend('- %s' % md_text(sentence) for sentence in trend)
+        if trend_png:
+            lines.extend(['', '![%s](%s)' % (TREND_ALT, trend_png)])
     lines.append('')
     return '\n'.join(lines)
 

@@ -76,7 +76,8 @@ options:
         type: str
   render:
     description:
-      - Write C(report.md) (and C(report.png)). V(false) only keeps O(results).
+      - Write C(report.md) (and C(report.png)). V(false) only keeps O(results) (and, when asked, appends to the
+        history and writes the baseline file of O(record)).
     type: bool
     default: true
   max_file_mib:
@@ -85,6 +86,36 @@ options:
         listed in RV(problems) and in the report.
     type: int
     default: 64
+  record:
+    description:
+      - Record mode. Also write C(<path>/baselines.yml), the baselines the run's hosts measured, keyed by model and
+        quantisation as C(benchmark_baselines) is (the median of the hosts of each; each host's figures and build,
+        the date and the sweep under C(recorded)), for an operator to review and copy into the inventory. Hosts
+        whose sweep failed or whose quantisation is unknown are named in a comment, not recorded.
+    type: bool
+    default: false
+  history_dir:
+    description:
+      - Append each host's result of the run to the benchmark history under this directory on the control node,
+        C(<history_dir>/<host>/<model>.<quantisation>.jsonl), one JSON line per host and run (a run already there
+        for the host is not appended again), then write the trend of the run's hosts into C(report.md) and draw
+        C(<path>/trend.png) (single-stream and peak tok/s per host across runs, with the baseline band).
+      - Not given, no history is kept.
+    type: path
+  history_max_lines:
+    description:
+      - Most lines a history file keeps; appending beyond it drops the oldest lines (the file is rewritten whole,
+        atomically, under a lock).
+    type: int
+    default: 2000
+  history_max_kib:
+    description: Most KiB a history file keeps (as O(history_max_lines)); only its last as many KiB are read.
+    type: int
+    default: 2048
+  trend_runs:
+    description: The runs the trend sentence of each host spans (C(peak -4.0 % over the last 5 runs)).
+    type: int
+    default: 5
   timeout:
     description:
       - The most seconds the whole run may take. It is checked before each result file is kept, before each host's
@@ -147,6 +178,44 @@ check_mode:
   returned: success
   type: bool
   sample: false
+baseline_file:
+  description: Path of the baseline file of record mode (O(record)), else null.
+  returned: always
+  type: str
+  sample: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/baselines.yml
+baselines:
+  description: What the baseline file holds (model to quantisation to figures), else null.
+  returned: always
+  type: dict
+  sample: {kimi-k2.5: {nvfp4: {single_stream_tok_s: 61.2, peak_tok_s: 1480.3}}}
+history:
+  description: The benchmark history (O(history_dir)), else null.
+  returned: always
+  type: dict
+  contains:
+    appended:
+      description: History files a line of this run was appended to (or would be, in check mode).
+      type: list
+      elements: str
+    problems:
+      description: Lines of the history files that were skipped (not JSON, not a history line) and why.
+      type: list
+      elements: str
+    trend:
+      description: One sentence per host of the run, its trend over the last O(trend_runs) runs.
+      type: list
+      elements: str
+    by_host:
+      description: The sentence of RV(history.trend) of each host, by host name.
+      type: dict
+    png:
+      description: Path of C(trend.png), or null.
+      type: str
+  sample:
+    appended: [/home/ops/gpufleet-reports/benchmark-history/gpu-node-1/kimi-k2.5.int4.jsonl]
+    problems: []
+    trend: ["gpu-node-1 (kimi-k2.5 int4): peak -4.0 % over the last 5 runs (2,276.0 to 2,185.0 tok/s); ..."]
+    png: /home/ops/gpufleet-reports/benchmark/20261202T153000Z/trend.png
 markdown:
   description: Path of the Markdown report.
   returned: always
@@ -240,6 +309,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_baseline
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_history
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
@@ -273,6 +344,11 @@ def main():
             render=dict(type='bool', default=True),
             max_file_mib=dict(type='int', default=64),
             timeout=dict(type='int', default=300),
+            record=dict(type='bool', default=False),
+            history_dir=dict(type='path'),
+            history_max_lines=dict(type='int', default=2000),
+            history_max_kib=dict(type='int', default=2048),
+            trend_runs=dict(type='int', default=5),
         ),
         supports_check_mode=True,
     )
@@ -281,6 +357,11 @@ def main():
         module.fail_json(msg='max_file_mib must be at least 1, got %d. Nothing was written.' % module.params['max_file_mib'])
     if not 1 <= module.params['timeout'] <= 604800:
         module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d. Nothing was written.' % module.params['timeout'])
+    if module.params['history_max_lines'] < 2 or module.params['history_max_kib'] < 32:
+        module.fail_json(msg='history_max_lines must be at least 2 and history_max_kib at least 32, got %d and %d. '
+                             'Nothing was written.' % (module.params['history_max_lines'], module.params['history_max_kib']))
+    if not 2 <= module.params['trend_runs'] <= 1000:
+        module.fail_json(msg='trend_runs must be from 2 to 1000, got %d. Nothing was written.' % module.params['trend_runs'])
     deadline = Deadline(module.params['timeout'], clock=_clock)
     max_bytes = module.params['max_file_mib'] * 1024 * 1024
     run_id = module.params['run_id'] or os.path.basename(path)
@@ -324,9 +405,10 @@ def main():
                                      'writable and the disk not full.' % (target, to_native(exc)),
                                  changed=bool(written[:-1]), written=written[:-1])
 
-    entries, markdown, plot_skipped = [], None, None
+    entries, markdown, plot_skipped, history, record_result = [], None, None, None, (None, None)
     png_name = 'report.png' if module.params['png'] else None
-    if module.params['render'] and (os.path.isdir(path) or planned):
+    wanted = module.params['render'] or module.params['history_dir'] or module.params['record']
+    if wanted and (os.path.isdir(path) or planned):
         try:
             entries = bench_report.collect_run(path, max_bytes, deadline=deadline) if os.path.isdir(path) else []
             deadline.check('the report was drawn')
@@ -338,19 +420,32 @@ def main():
         if module.check_mode and planned:
             # what the run directory would hold: the kept hosts plus the planned ones
             entries = _with_planned(entries, planned, path)
-        png_data = None
-        if png_name:
+        history = _history(module, entries, run_id, path, written, deadline, late) if module.params['history_dir'] else None
+        record_name = None
+        if module.params['record']:
+            record_name = 'baselines.yml'
+            table, dummy = bench_baseline.record_table(entries)
+            record_result = (os.path.join(path, record_name), table)
+        png_data, outputs = None, []
+        if png_name and module.params['render']:
             try:
                 png_data = bench_report.render_png(entries, run_id)
             except bench_plot.PlotUnavailable as exc:
                 plot_skipped = to_native(exc)
                 png_name = None
                 module.warn('report.png was not drawn: %s. report.md was written without the figure.' % plot_skipped)
-        markdown = bench_report.render_markdown(entries, run_id, title=module.params['title'], png_name=png_name,
-                                                plot_note=plot_skipped)
-        outputs = [(md_path, to_bytes(markdown))]
-        if png_name:
+        if module.params['render']:
+            markdown = bench_report.render_markdown(entries, run_id, title=module.params['title'], png_name=png_name,
+                                                    plot_note=plot_skipped, trend=history['trend'] if history else None,
+                                                    trend_png='trend.png' if history and history['png_data'] else None,
+                                                    record_file=os.path.join(path, record_name) if record_name else None)
+            outputs.append((md_path, to_bytes(markdown)))
+        if png_name and markdown is not None:
             outputs.append((os.path.join(path, png_name), png_data))
+        if history and history['png_data']:
+            outputs.append((history['png'], history['png_data']))
+        if record_name:
+            outputs.append((record_result[0], to_bytes(bench_baseline.render_record(entries, run_id, None))))
         for target, data in outputs:
             try:
                 deadline.check('the report %s was written' % target)
@@ -369,7 +464,12 @@ def main():
     problems = []
     for entry in entries:
         problems.extend(entry.get('problems') or [])
+    if history:
+        problems.extend(history['problems'])
     result = dict(
+        baseline_file=record_result[0],
+        baselines=record_result[1],
+        history=dict((key, history[key]) for key in ('appended', 'problems', 'trend', 'by_host', 'png')) if history else None,
         changed=bool(written),
         written=written,
         markdown=md_path if markdown is not None else None,
@@ -384,6 +484,57 @@ def main():
                               before=(before_md or b'').decode('utf-8', 'replace'), after=markdown)
     result['check_mode'] = module.check_mode
     module.exit_json(**result)
+
+
+def _history(module, entries, run_id, path, written, deadline, late):
+    """Append the run's results to the history, read each host's back, and draw the trend (see history_dir)."""
+    history_dir = module.params['history_dir'].rstrip('/') or '/'
+    max_lines, max_bytes = module.params['history_max_lines'], module.params['history_max_kib'] * 1024
+    found = {'appended': [], 'problems': [], 'trend': [], 'by_host': {}, 'png': None, 'png_data': None}
+    series = []
+    for entry in entries:
+        line = bench_history.history_line(entry, run_id)
+        if line is None:
+            continue
+        target = bench_history.history_path(history_dir, line)
+        try:
+            deadline.check('the history %s was appended to' % target)
+        except DeadlinePassed as exc:
+            late(exc)
+        lines, problems = bench_history.read(target, max_lines, max_bytes)
+        found['problems'].extend(problems)
+        there = any(kept['run_id'] == line['run_id'] and kept['host'] == line['host'] for kept in lines)
+        if not there:
+            if not module.check_mode:
+                try:
+                    there = bench_history.append(target, line, max_lines, max_bytes)
+                except (bench_history.HistoryFileError, IOError, OSError) as exc:
+                    module.fail_json(msg='Could not append to the benchmark history %s: %s. The results of the run '
+                                         'are kept in %s; fix the history directory (history_dir) and run again.'
+                                         % (target, to_native(exc), path), changed=bool(written), written=written)
+                lines, dummy = bench_history.read(target, max_lines, max_bytes)
+            else:
+                lines = (lines + [line])[-max_lines:]
+            found['appended'].append(target)
+            written.append(target)
+        series.append({'host': line['host'], 'model': line['model'], 'quantization': line['quantization'],
+                       'lines': lines})
+        sentence = bench_history.trend_sentence(line['host'], line['model'], line['quantization'], lines,
+                                                module.params['trend_runs'])
+        found['trend'].append(sentence)
+        found['by_host'][line['host']] = sentence
+    if series and module.params['png']:
+        try:
+            deadline.check('the trend was drawn')
+        except DeadlinePassed as exc:
+            late(exc)
+        try:
+            found['png_data'] = bench_history.render_trend_png(
+                series, title='vLLM benchmark history up to run %s' % bench_plot.bench_text(run_id)[:40])
+            found['png'] = os.path.join(path, 'trend.png')
+        except bench_plot.PlotUnavailable as exc:
+            module.warn('trend.png was not drawn: %s.' % to_native(exc))
+    return found
 
 
 def _with_planned(entries, planned, path):

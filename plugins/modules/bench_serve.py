@@ -131,6 +131,19 @@ options:
     description: Largest result file that is read and parsed, in MiB; a larger one fails its level.
     type: int
     default: 64
+  quantization:
+    description:
+      - The quantisation of the served checkpoint (V(int4), V(nvfp4), V(fp8), ...), returned in RV(quantization) as
+        given (lower case). It keys the model's baselines. Refused unless it is a plain name.
+      - Not given, it is read from O(model_dir).
+    type: str
+  model_dir:
+    description:
+      - The model directory on the host whose C(hf_quant_config.json) (C(quantization.quant_algo)) and C(config.json)
+        (C(quantization_config) C(quant_algo) or C(quant_method); compressed-tensors by its weights, C(int4) or
+        C(fp8); else C(torch_dtype)) say its quantisation, read up to 16 MiB each, also in check mode. Not given,
+        and without O(quantization), RV(quantization.name) is null.
+    type: path
   output_tail_kib:
     description: KiB kept of the end of the stdout and of the stderr of each command (for RV(failure) and C(c<level>.log)).
     type: int
@@ -256,6 +269,24 @@ bench_seconds:
   returned: always
   type: float
   sample: 128.3
+quantization:
+  description: The quantisation of the served checkpoint (O(quantization), or read from O(model_dir)).
+  returned: always
+  type: dict
+  contains:
+    name:
+      description: V(int4), V(nvfp4), V(fp8), V(bf16), ... (lower case), or null when unknown.
+      type: str
+    source:
+      description: Where it came from (C(given), or the file and key read), or null.
+      type: str
+    detail:
+      description: The value as written, or why it is unknown.
+      type: str
+  sample:
+    name: nvfp4
+    source: hf_quant_config.json quantization.quant_algo
+    detail: NVFP4
 server:
   description: The readiness check of the server.
   returned: always
@@ -286,6 +317,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_baseline
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_sweep
 from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_api
 
@@ -327,6 +359,8 @@ def main():
             sweep_timeout=dict(type='int', default=14400),
             result_max_mib=dict(type='int', default=64),
             output_tail_kib=dict(type='int', default=64),
+            quantization=dict(type='str'),
+            model_dir=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -350,6 +384,15 @@ def main():
         vllm_api.check_api_key(params['api_key'])
     except ValueError as exc:
         problems.append(to_native(exc))
+    quantization = {'name': None, 'source': None, 'detail': 'neither quantization nor model_dir was given'}
+    if params['quantization'] is not None:
+        try:
+            quantization = {'name': bench_baseline.normalize_quantization(params['quantization']), 'source': 'given',
+                            'detail': params['quantization']}
+        except ValueError as exc:
+            problems.append(to_native(exc))
+    elif params['model_dir']:
+        quantization = bench_baseline.detect_quantization(params['model_dir'])
     if problems:
         module.fail_json(msg='Refusing to run vllm bench serve: %s. Nothing was run.' % '; '.join(problems))
 
@@ -363,7 +406,7 @@ def main():
 
     server = check_server(params, once=module.check_mode)
     result = dict(changed=False, levels=[], files={}, failure=None, failed_concurrency=None, bench_seconds=0.0,
-                  server=server, check_mode=module.check_mode)
+                  server=server, quantization=quantization, check_mode=module.check_mode)
     if module.check_mode:
         result['levels'] = [dict(concurrency=level, num_prompts=count,
                                  argv=bench_sweep.level_argv(settings, level, count), rc=None, seconds=0.0,

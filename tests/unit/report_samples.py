@@ -9,7 +9,8 @@ Each host's levels are result dicts shaped like what ``vllm bench serve
 parse / summarize / compare functions the role uses, and kept as
 ``bench_report.collect_run`` returns them.
 
-    python tests/unit/report_samples.py docs/images    # writes report-3-hosts.png and report-12-hosts.png
+    python tests/unit/report_samples.py docs/images    # writes report-3-hosts.png, report-12-hosts.png and
+                                                       # trend-history.png
 """
 
 from __future__ import absolute_import, division, print_function
@@ -90,8 +91,38 @@ def fleet(count):
     return entries
 
 
+def history(nights=14):
+    """Kimi-K2.5 INT4 on three hosts over NIGHTS nightly runs (history lines, oldest first).
+
+    gpu-node-1 holds its figures; gpu-node-2 loses about 0.9 % of its peak each night (a slow regression that stays
+    within the 10 % tolerance for 13 nights, so no gate fires until the last); gpu-node-3 failed one night.
+    """
+    series = []
+    for index, name in enumerate(('gpu-node-1', 'gpu-node-2', 'gpu-node-3')):
+        lines = []
+        for night in range(nights):
+            drift = 1 - 0.009 * night if index == 1 else 1 + 0.004 * ((night * (index + 3)) % 5 - 2)
+            peak, single = 2276.0 * 1.01 * drift, 82.0 * (1.0 + 0.003 * ((night + index) % 3))
+            status = 'regressed' if peak < 2276.0 * 0.9 else 'ok'
+            if index == 2 and night == 9:
+                status, peak, single = 'failed', None, None
+            lines.append({'schema': 1, 'run_id': '202611%02dT020000Z' % (night + 10),
+                          'date': '2026-11-%02dT02:00:00Z' % (night + 10), 'host': name, 'model': 'kimi-k2.5',
+                          'quantization': 'int4', 'vllm_version': '0.11.1.dev%d' % (400 + 7 * night), 'mode': 'gate',
+                          'status': status, 'single_stream_tok_s': single, 'peak_tok_s': peak,
+                          'peak_concurrency': 128, 'baseline_single_stream_tok_s': 82.0, 'baseline_peak_tok_s': 2276.0,
+                          'tolerance': 0.10})
+        series.append({'host': name, 'model': 'kimi-k2.5', 'quantization': 'int4', 'lines': lines})
+    return series
+
+
 def main(directory):
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_history
     from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+    path = os.path.join(directory, 'trend-history.png')
+    with open(path, 'wb') as handle:
+        handle.write(bench_history.render_trend_png(history(), 'vLLM benchmark history up to run 20261123T020000Z'))
+    print(path)
     for name, entries, run_id in (('report-3-hosts.png', three_hosts(), '20261202T153000Z'),
                                   ('report-12-hosts.png', fleet(12), '20261203T080000Z')):
         path = os.path.join(directory, name)

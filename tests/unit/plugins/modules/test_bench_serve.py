@@ -267,3 +267,23 @@ def test_module_check_mode_runs_nothing(tmp_path, standin_server, fake_vllm, run
 def test_module_refuses_bad_sweeps(tmp_path, standin_server, fake_vllm, run, extra, words):
     code, result = run(module_args(tmp_path, standin_server, fake_vllm, **extra))
     assert code == 1 and words in result['msg']
+
+
+def test_module_reads_the_quantisation_of_the_model_dir_also_in_check_mode(tmp_path, standin_server, fake_vllm, run):
+    model = tmp_path / 'kimi-k2.5-nvfp4'
+    model.mkdir()
+    (model / 'hf_quant_config.json').write_text(json.dumps({'quantization': {'quant_algo': 'NVFP4'}}))
+    code, result = run(module_args(tmp_path, standin_server, fake_vllm, model_dir=str(model)), check=True)
+    assert code == 0 and result['quantization'] == {
+        'name': 'nvfp4', 'source': 'hf_quant_config.json quantization.quant_algo', 'detail': 'NVFP4'}
+    # given explicitly, it wins over the directory
+    code, result = run(module_args(tmp_path, standin_server, fake_vllm, model_dir=str(model), quantization='INT4'),
+                       check=True)
+    assert code == 0 and result['quantization'] == {'name': 'int4', 'source': 'given', 'detail': 'INT4'}
+
+
+def test_module_refuses_a_quantisation_that_is_not_a_plain_name(tmp_path, standin_server, fake_vllm, run):
+    code, result = run(module_args(tmp_path, standin_server, fake_vllm, quantization='nv fp4'))
+    assert code == 1 and result['msg'].startswith("Refusing to run vllm bench serve: quantisation 'nv fp4' is not a "
+                                                  "plain name")
+    assert not (tmp_path / 'results').exists()
