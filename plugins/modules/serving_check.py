@@ -92,6 +92,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+check_mode:
+  description: Whether the module ran in check mode (it reads the same either way).
+  returned: always
+  type: bool
+  sample: false
 serving:
   description: The serving config read from the command line and the environment.
   returned: always
@@ -101,6 +106,14 @@ serving:
       description: The fraction of each GPU's memory vLLM reserves (0.9 when not given).
       type: float
       sample: 0.9
+    gpu_memory_utilization_given:
+      description: Whether the command line gives C(--gpu-memory-utilization).
+      type: bool
+      sample: false
+    multi_node:
+      description: Whether it is a multi-node run (C(--nnodes) above 1, C(--headless)); the fit is then not checked.
+      type: bool
+      sample: false
     tensor_parallel_size:
       description: C(--tensor-parallel-size).
       type: int
@@ -135,8 +148,8 @@ serving:
       type: list
       elements: raw
       sample: [0, 1, 2, 3, 4, 5, 6, 7]
-  sample: {gpu_memory_utilization: 0.9, tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1,
-           data_parallel_size_local: 1, enable_expert_parallel: true, visible_devices: null, world_size: 8,
+  sample: {gpu_memory_utilization: 0.9, gpu_memory_utilization_given: false, multi_node: false,
+           tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, data_parallel_size_local: 1, enable_expert_parallel: true, visible_devices: null, world_size: 8,
            gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
 gpu_count:
   description: The GPUs NVML reports, V(null) when it was not read.
@@ -206,7 +219,8 @@ def main():
         config = serving.serving_config(params["argv"], environment)
     except serving.ServingConfigError as exc:
         module.fail_json(msg="The unit's serving arguments cannot be read: %s. Nothing was changed." % exc,
-                         changed=False, problems=[str(exc)], notes=[], serving=None, gpu_count=None, experts=None)
+                         changed=False, check_mode=module.check_mode, problems=[str(exc)], notes=[], serving=None,
+                         gpu_count=None, experts=None)
     notes = []
     gpu_count, uuids = None, None
     if params["nvml"] and not config["multi_node"]:
@@ -223,7 +237,8 @@ def main():
     problems, more = serving.parallel_problems(config, gpu_count=gpu_count, gpu_uuids=uuids,
                                                model_config=model_config, model=params["model"])
     notes.extend(more)
-    result = dict(changed=False, serving=config, gpu_count=gpu_count, experts=experts, problems=problems, notes=notes)
+    result = dict(changed=False, check_mode=module.check_mode, serving=config, gpu_count=gpu_count, experts=experts,
+                  problems=problems, notes=notes)
     if problems:
         module.fail_json(msg="Refused, nothing was changed: %s." % "; ".join(problems), **result)
     result["msg"] = "%d GPU%s for tensor x pipeline x data parallel %d x %d x %d%s%s." % (
