@@ -149,8 +149,8 @@ serving:
       elements: raw
       sample: [0, 1, 2, 3, 4, 5, 6, 7]
   sample: {gpu_memory_utilization: 0.9, gpu_memory_utilization_given: false, multi_node: false,
-           tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, data_parallel_size_local: 1, enable_expert_parallel: true, visible_devices: null, world_size: 8,
-           gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
+           tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, data_parallel_size_local: 1,
+           enable_expert_parallel: true, visible_devices: null, world_size: 8, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
 gpu_count:
   description: The GPUs NVML reports, V(null) when it was not read.
   returned: always
