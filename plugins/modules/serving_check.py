@@ -42,8 +42,8 @@ options:
     default: {}
   model:
     description:
-      - The model directory whose C(config.json) says whether the model has experts. Not a directory on the host (a
-        Hugging Face id, say): expert parallel is not judged, and RV(notes) says so.
+      - The model directory whose C(config.json) says whether the model has experts.
+      - Not a directory on the host (a Hugging Face id, say), expert parallel is not judged, and RV(notes) says so.
     type: str
   nvml:
     description:
