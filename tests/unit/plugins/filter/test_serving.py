@@ -35,8 +35,8 @@ def test_empty_derives():
 
 
 @pytest.mark.parametrize("argv, kwargs, words", [
-    (ARGV + ["--gpu-memory-utilization", "1.5"], {}, "The unit's serving arguments cannot be read: "
-                                                      "--gpu-memory-utilization must be more than 0 and at most 1"),
+    (ARGV + ["--gpu-memory-utilization", "1.5"], {},
+     "The unit's serving arguments cannot be read: --gpu-memory-utilization must be more than 0 and at most 1"),
     (ARGV, {"min_used_mib": "lots"}, "service_min_used_mib must be a whole number of MiB"),
     (ARGV, {"min_used_mib": -1}, "service_min_used_mib must be a whole number of MiB"),
     (ARGV, {"tolerance": 1}, "service_vram_loaded_tolerance must be 0 or more and less than 1"),

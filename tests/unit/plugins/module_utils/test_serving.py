@@ -39,8 +39,8 @@ def config(*words, **env):
     (("-tp", "2", "-dp", "4", "--data-parallel-size-local", "2"), {},
      dict(data_parallel_size=4, data_parallel_size_local=2, world_size=4, gpus=[0, 1, 2, 3])),
     (("-tp", "2",), {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, dict(visible_devices=[4, 5, 6, 7], gpus=[4, 5])),
-    (("-tp", "2",), {"CUDA_VISIBLE_DEVICES": " GPU-aa-1 , 3"}, dict(visible_devices=["GPU-aa-1", 3],
-                                                                     gpus=["GPU-aa-1", 3])),
+    (("-tp", "2",), {"CUDA_VISIBLE_DEVICES": " GPU-aa-1 , 3"},
+     dict(visible_devices=["GPU-aa-1", 3], gpus=["GPU-aa-1", 3])),
     (("--nnodes", "2", "-tp", "16"), {}, dict(multi_node=True, world_size=16)),
     # other options, and their values, are not mistaken for these
     (("--max-model-len", "8", "--served-model-name", "tp"), {}, dict(tensor_parallel_size=1)),
