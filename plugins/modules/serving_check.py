@@ -61,6 +61,8 @@ options:
     description: Seconds NVML may take to answer before the GPUs count as not read.
     type: int
     default: 60
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
