@@ -42,6 +42,21 @@ options:
         description:
           - Every GPU must have at least this much memory in use, in MiB, for example V(90000) once the model is loaded.
         type: int
+      min_used_fraction:
+        description:
+          - Every (selected) GPU must have at least this fraction of its own memory total in use, less
+            O(expect.min_used_tolerance), for example V(0.9) once a model served with vLLM's default
+            C(--gpu-memory-utilization 0.9) is loaded.
+          - "The least is floor(floor(fraction x total) x (1 - tolerance)) MiB of each GPU's NVML total; a mismatch shows
+            the arithmetic: C(expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %, found 12,000 MiB)."
+          - More than 0 and at most 1. Checked in addition to O(expect.min_used_mib) when both are given.
+        type: float
+      min_used_tolerance:
+        description:
+          - How much less than O(expect.min_used_fraction) of the total still passes, as a fraction of the reserved
+            memory, for example V(0.05) (5 %). Default V(0).
+          - 0 or more and less than 1; only with O(expect.min_used_fraction).
+        type: float
       max_used_mib:
         description:
           - Every GPU must have at most this much memory in use, in MiB, for example V(1024) after the service stopped.

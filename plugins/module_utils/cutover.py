@@ -133,7 +133,9 @@ class Cutover(object):
     ``client``: a vllm_api.VllmClient, or None for no readiness gate.
     ``vram``: None (no NVML checks) or a dict with ``count``,
     ``stopped_max_used_mib``, ``free_timeout``, ``loaded_min_used_mib``
-    (None: no loaded check), ``loaded_timeout``, ``interval``.
+    and/or ``loaded_min_used_fraction`` with ``loaded_tolerance`` (both
+    None: no loaded check), ``loaded_gpus`` (the GPUs the loaded check
+    applies to; None: all), ``loaded_timeout``, ``interval``.
     ``ready``: dict of wait_ready's arguments (``served_model_name``,
     ``timeout``, ``interval``, ``completion``, ``prompt``).
     """
@@ -216,6 +218,18 @@ class Cutover(object):
                 "free after the stop" if step == "vram_freed" else "loaded after the start", why.replace("\n", " ")))
         return [gpu.get("memory_used_mib") for gpu in res["gpus"]]
 
+    def _loaded_expect(self):
+        """The NVML expectation of the loaded GPUs, None when there is no loaded check."""
+        vram = self.vram or {}
+        if vram.get("loaded_min_used_mib") is None and vram.get("loaded_min_used_fraction") is None:
+            return None
+        expect = {"count": vram.get("count"), "gpus": vram.get("loaded_gpus"),
+                  "min_used_mib": vram.get("loaded_min_used_mib")}
+        if vram.get("loaded_min_used_fraction") is not None:
+            expect["min_used_fraction"] = vram["loaded_min_used_fraction"]
+            expect["min_used_tolerance"] = vram.get("loaded_tolerance") or 0.0
+        return dict((key, value) for key, value in expect.items() if value is not None)
+
     # ----------------------------------------------------------------- run
 
     def describe(self):
@@ -230,7 +244,7 @@ class Cutover(object):
         words.append("start %s" % self.unit)
         if self.client is not None:
             words.append("wait until it is ready")
-        if self.vram and self.vram.get("loaded_min_used_mib") is not None:
+        if self._loaded_expect():
             words.append("check that the model holds the GPUs' memory")
         return ", ".join(words)
 
@@ -324,11 +338,10 @@ class Cutover(object):
         result["load_seconds"] = self._since(started_at)
         result["downtime_seconds"] = self._since(self.t0)
 
-        if self.vram and self.vram.get("loaded_min_used_mib") is not None:
+        loaded = self._loaded_expect()
+        if loaded:
             mark = self.clock()
-            result["vram_used_mib"] = self._wait_gpus("vram_loaded", {
-                "count": self.vram.get("count"), "min_used_mib": self.vram["loaded_min_used_mib"]},
-                self.vram.get("loaded_timeout", 60))
+            result["vram_used_mib"] = self._wait_gpus("vram_loaded", loaded, self.vram.get("loaded_timeout", 60))
             phases["vram_loaded"] = self._since(mark)
         phases["total"] = self._since(self.t0)
         return result

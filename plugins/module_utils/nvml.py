@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import hostlib
+from ansible_collections.gpufleet.vllm.plugins.module_utils import hostlib, serving
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 MIB = 1024 * 1024
@@ -65,6 +65,8 @@ EXPECT_KEYS = (
     "compute_capability",
     "min_total_mib",
     "min_used_mib",
+    "min_used_fraction",
+    "min_used_tolerance",
     "max_used_mib",
     "gpus",
     "no_processes",
@@ -81,6 +83,8 @@ def expect_argument_spec():
             compute_capability=dict(type="str"),
             min_total_mib=dict(type="int"),
             min_used_mib=dict(type="int"),
+            min_used_fraction=dict(type="float"),
+            min_used_tolerance=dict(type="float"),
             max_used_mib=dict(type="int"),
             gpus=dict(type="list", elements="raw"),
             no_processes=dict(type="bool"),
@@ -498,6 +502,13 @@ def validate_expect(expect):
         value = expect.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             problems.append("expect.%s must be a whole number of 0 or more; got %r" % (key, value))
+    if expect.get("min_used_fraction") is not None:
+        problems.append(serving.utilization_problem("expect.min_used_fraction", expect["min_used_fraction"]))
+    if expect.get("min_used_tolerance") is not None:
+        problems.append(serving.tolerance_problem("expect.min_used_tolerance", expect["min_used_tolerance"]))
+        if expect.get("min_used_fraction") is None:
+            problems.append("expect.min_used_tolerance applies to expect.min_used_fraction, which is not given")
+    problems[:] = [problem for problem in problems if problem]
     low, high = expect.get("min_used_mib"), expect.get("max_used_mib")
     if isinstance(low, int) and isinstance(high, int) and low > high:
         problems.append(
@@ -570,6 +581,14 @@ def _check_gpu(gpu, expect, cc_expected, name_re):
         problems.append("memory total expected at least %d MiB, found %s MiB" % (expect["min_total_mib"], total))
     if expect.get("min_used_mib") is not None and (used is None or used < expect["min_used_mib"]):
         problems.append("memory used expected at least %d MiB, found %s MiB" % (expect["min_used_mib"], used))
+    if expect.get("min_used_fraction") is not None:
+        fraction, tolerance = expect["min_used_fraction"], expect.get("min_used_tolerance") or 0.0
+        if total is None:
+            problems.append("memory used expected at least %s x the GPU's total, but NVML gives no total" % fraction)
+        elif used is None or used < serving.loaded_floor_mib(total, fraction, tolerance):
+            problems.append("memory used expected at least %s, found %s MiB" % (
+                serving.describe_loaded_floor(total, fraction, tolerance),
+                "?" if used is None else "{0:,}".format(used)))
     if expect.get("max_used_mib") is not None and (used is None or used > expect["max_used_mib"]):
         held = (" with no compute process listed (not given back yet after a process exited, or held by a process"
                 " NVML cannot list here)") if (

@@ -116,10 +116,30 @@ options:
         type: int
         default: 120
       loaded_min_used_mib:
-        description: After ready, every GPU must use at least this much memory (MiB). Left out, not checked.
+        description:
+          - After ready, every GPU (of O(vram.loaded_gpus)) must use at least this much memory (MiB).
+          - Left out, and O(vram.loaded_min_used_fraction) too, the loaded memory is not checked.
         type: int
+      loaded_min_used_fraction:
+        description:
+          - After ready, every GPU (of O(vram.loaded_gpus)) must use at least this fraction of its own NVML total, less
+            O(vram.loaded_tolerance), for example V(0.9), the server's C(--gpu-memory-utilization) (what vLLM
+            reserves); the failure shows the arithmetic (C(expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %)).
+          - More than 0 and at most 1.
+        type: float
+      loaded_tolerance:
+        description:
+          - How much less than O(vram.loaded_min_used_fraction) of the total still passes, as a fraction of it (V(0.05)
+            is 5 %).
+        type: float
+        default: 0.05
+      loaded_gpus:
+        description:
+          - The GPUs the server uses (indices or C(GPU-...) UUIDs) that the loaded check applies to; default every GPU.
+        type: list
+        elements: raw
       loaded_timeout:
-        description: Seconds to wait after ready until the GPUs hold O(vram.loaded_min_used_mib).
+        description: Seconds to wait after ready until the GPUs hold the memory the loaded check expects.
         type: int
         default: 60
       interval:
@@ -178,7 +198,9 @@ EXAMPLES = r"""
     timeout: 900
     vram:
       count: 8
-      loaded_min_used_mib: 90000
+      # vLLM's default --gpu-memory-utilization: 0.9 x 97,887 MiB = 88,098 MiB reserved per GPU, 5 % less passes
+      loaded_min_used_fraction: 0.9
+      loaded_tolerance: 0.05
   vars:
     ansible_python_interpreter: /opt/gpufleet/tools/bin/python
   register: cutover
@@ -310,11 +332,12 @@ vram_freed_mib:
   elements: int
   sample: [0, 0, 0, 0, 0, 0, 0, 0]
 vram_used_mib:
-  description: Memory used per GPU once loaded (empty without O(vram.loaded_min_used_mib)).
+  description: Memory used per GPU once loaded (empty without O(vram.loaded_min_used_mib) or
+    O(vram.loaded_min_used_fraction)).
   returned: always
   type: list
   elements: int
-  sample: [95000, 95000, 95000, 95000, 95000, 95000, 95000, 95000]
+  sample: [88098, 88098, 88098, 88098, 88098, 88098, 88098, 88098]
 failed_step:
   description: The step that failed (C(unit), C(link), C(nvml), C(stop), C(vram_freed), C(switch), C(start), C(ready),
     C(vram_loaded)), V(null) on success.
@@ -337,7 +360,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, nvml, serving
 from ansible_collections.gpufleet.vllm.plugins.module_utils.cutover import (
     Cutover,
     CutoverFailed,
@@ -367,6 +390,11 @@ def _bad_numbers(params):
     for name in ("count", "stopped_max_used_mib", "free_timeout", "loaded_min_used_mib", "loaded_timeout"):
         if vram.get(name) is not None and vram[name] < 0:
             problems.append("vram.%s=%s is negative" % (name, vram[name]))
+    if vram.get("loaded_min_used_fraction") is not None:
+        problems.append(serving.utilization_problem("vram.loaded_min_used_fraction", vram["loaded_min_used_fraction"]))
+    if vram.get("loaded_tolerance") is not None:
+        problems.append(serving.tolerance_problem("vram.loaded_tolerance", vram["loaded_tolerance"]))
+    problems.extend(nvml.validate_expect({"gpus": vram.get("loaded_gpus")}))
     for name in ("timeout", "interval", "request_timeout"):
         problems.append(seconds_problem(name, params[name]))
     for name in ("free_timeout", "loaded_timeout", "interval"):
@@ -398,6 +426,9 @@ def main():
                 stopped_max_used_mib=dict(type="int", default=1024),
                 free_timeout=dict(type="int", default=120),
                 loaded_min_used_mib=dict(type="int"),
+                loaded_min_used_fraction=dict(type="float"),
+                loaded_tolerance=dict(type="float", default=serving.DEFAULT_LOADED_TOLERANCE),
+                loaded_gpus=dict(type="list", elements="raw"),
                 loaded_timeout=dict(type="int", default=60),
                 interval=dict(type="float", default=0.5),
             )),

@@ -62,10 +62,11 @@ Environment (all optional)::
                                            the time to first token
     VLLM_STANDIN_NATURAL_TOKENS=16         tokens before EOS when the request
                                            gives no max_tokens
-    VLLM_STANDIN_VRAM_MIB=95000            MiB claimed per GPU (of 97887);
-                                           unset and --gpu-memory-utilization
-                                           given: utilization * total; 0: no
-                                           claim at all
+    VLLM_STANDIN_VRAM_MIB=                 MiB claimed per GPU; unset (the
+                                           default): like vLLM,
+                                           --gpu-memory-utilization (default
+                                           0.9) * the GPU's total, 88098 of
+                                           97887; 0: no claim at all
     VLLM_STANDIN_GPUS=                     number of GPUs claimed (default:
                                            tensor * pipeline parallel size);
                                            indices from CUDA_VISIBLE_DEVICES
@@ -169,6 +170,8 @@ from socketserver import TCPServer, ThreadingMixIn
 STANDIN_VERSION = "0.33.0"
 DEFAULT_STATE_PATH = "/var/lib/fake-nvml/state"
 DEFAULT_TOTAL_MIB = 97887
+# vLLM's default --gpu-memory-utilization
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_MAX_MODEL_LEN = 32768
 TAMPER_LINE = "# debug: tampered by the stand-in fault"
 
@@ -1375,13 +1378,15 @@ class StandinApp:
         settings = self.settings
         if settings.vram_mib is not None:
             return settings.vram_mib
-        if settings.gpu_memory_utilization is not None:
-            try:
-                total = self.nvml.total_mib(settings.gpu_indices()[0])
-            except OSError:
-                total = DEFAULT_TOTAL_MIB
-            return int(total * settings.gpu_memory_utilization)
-        return 95000
+        # like vLLM: --gpu-memory-utilization (default 0.9) of the GPU's total
+        utilization = settings.gpu_memory_utilization
+        if utilization is None:
+            utilization = DEFAULT_GPU_MEMORY_UTILIZATION
+        try:
+            total = self.nvml.total_mib(settings.gpu_indices()[0])
+        except OSError:
+            total = DEFAULT_TOTAL_MIB
+        return int(total * utilization)
 
     def claim(self, mib):
         gpus = self.settings.gpu_indices()

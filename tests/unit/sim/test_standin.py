@@ -287,6 +287,17 @@ def test_port_closed_while_loading_then_ready(spawn, bare_model_dir):
     assert "Application startup complete." in output
 
 
+def test_vram_claim_is_the_gpu_memory_utilization_of_the_total_like_vllm(spawn, bare_model_dir):
+    # No VLLM_STANDIN_VRAM_MIB: vLLM's default 0.9 of each used GPU's 97,887 MiB (what the derived
+    # "loaded" gate of the service role expects), --gpu-memory-utilization when given.
+    env = {"VLLM_STANDIN_VRAM_MIB": ""}
+    default = spawn(bare_model_dir, tp=2, env=env).wait_ready()
+    assert read_procs(default.state) == {0: {default.pid: 88098}, 1: {default.pid: 88098}}
+    default.close()
+    half = spawn(bare_model_dir, tp=1, env=env, args=["--gpu-memory-utilization", "0.5"]).wait_ready()
+    assert read_procs(half.state)[0][half.pid] == 48943  # (the killed first one left its entry)
+
+
 def test_sigterm_closes_port_and_frees_vram_gradually(spawn, bare_model_dir):
     server = spawn(bare_model_dir, tp=2, env={"VLLM_STANDIN_VRAM_MIB": "8000", "VLLM_STANDIN_RELEASE_SECONDS": "1.5"})
     server.wait_ready()
@@ -345,7 +356,8 @@ def test_exit_after_seconds_crashes_with_configured_code(spawn, bare_model_dir):
     assert server.proc.wait(15) == 3
     assert "VLLM_STANDIN_EXIT_AFTER_SECONDS" in server.output()
     # A crash does not clean up: the entry stays, with a dead PID the fake NVML library ignores.
-    assert read_procs(server.state) == {0: {server.pid: 95000}}
+    # (unset VLLM_STANDIN_VRAM_MIB: like vLLM, 0.9 x the GPU's 97,887 MiB)
+    assert read_procs(server.state) == {0: {server.pid: 88098}}
 
 
 def test_missing_model_dir_fails_with_a_clear_message(tmp_path):

@@ -506,3 +506,62 @@ def test_collect_polls_until_the_deadline_without_real_sleeping():
     assert res["attempts"] == 4 and res["waited"] == 5
     assert res["mismatches"] == ["GPU 0 (GPU-x, 00000000:18:00.0): memory used expected at most 100 MiB, found 900 MiB"
                                  " with no compute process listed (not given back yet after a process exited, or held by a process NVML cannot list here)"]
+
+
+# ------------------------------------------ loaded: a fraction of each total
+
+
+def test_min_used_fraction_passes_what_vllm_reserves_and_fails_with_the_arithmetic(lib_dir, state_file):
+    holder = spawn_holder()
+    try:
+        # vLLM at --gpu-memory-utilization 0.9: floor(0.9 x 97,887) = 88,098 MiB per GPU
+        state.claim(holder.pid, 88098, None, state_file)
+        expect = {"count": 8, "min_used_fraction": 0.9, "min_used_tolerance": 0.05}
+        rc, res = run_module({"expect": expect}, state_file, lib_dir)
+        assert rc == 0, res.get("msg")
+        # the gate is 83,693 MiB: one MiB less fails
+        state.claim(holder.pid, 83692, None, state_file)
+        rc, res = run_module({"expect": expect}, state_file, lib_dir)
+        assert rc == 1 and len(res["mismatches"]) == 8
+        assert res["msg"].splitlines()[1:] == [
+            "GPUs 0-7: memory used expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %, found 83,692 MiB"]
+        state.claim(holder.pid, 83693, None, state_file)
+        assert run_module({"expect": expect}, state_file, lib_dir)[0] == 0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_min_used_fraction_of_each_gpus_own_total_and_only_the_gpus_listed(lib_dir, state_file):
+    holder = spawn_holder()
+    try:
+        # a smaller GPU 1 (an 80 GB card): its own total counts; GPUs 2-7 are not the server's
+        set_state(state_file, gpu__1__total_mib=81559)
+        state.claim(holder.pid, 12000, [0, 1], state_file)
+        rc, res = run_module({"expect": {"min_used_fraction": 0.9, "gpus": [0, 1]}}, state_file, lib_dir)
+        assert rc == 1
+        assert res["msg"].splitlines()[1:] == [
+            res["mismatches"][0], res["mismatches"][1]]
+        assert res["mismatches"][0].endswith(": memory used expected at least 88,098 MiB = 0.9 x 97,887 MiB, "
+                                             "found 12,000 MiB")
+        assert res["mismatches"][1].endswith(": memory used expected at least 73,403 MiB = 0.9 x 81,559 MiB, "
+                                             "found 12,000 MiB")
+        state.claim(holder.pid, 73403, [1], state_file)
+        rc, res = run_module({"expect": {"min_used_fraction": 0.9, "gpus": [1]}}, state_file, lib_dir)
+        assert rc == 0, res.get("msg")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("expect, words", [
+    ({"min_used_fraction": 0}, "expect.min_used_fraction must be more than 0 and at most 1"),
+    ({"min_used_fraction": 1.2}, "expect.min_used_fraction must be more than 0 and at most 1"),
+    ({"min_used_fraction": 0.9, "min_used_tolerance": -0.1}, "expect.min_used_tolerance must be 0 or more"),
+    ({"min_used_tolerance": 0.05}, "expect.min_used_tolerance applies to expect.min_used_fraction, which is not given"),
+])
+def test_a_bad_fraction_is_refused_before_nvml_is_read(lib_dir, state_file, expect, words):
+    set_state(state_file, init_error="DRIVER_NOT_LOADED")
+    rc, res = run_module({"expect": expect}, state_file, lib_dir)
+    assert rc == 1 and res["msg"].startswith("Invalid options for gpufleet.vllm.nvml_vram: ")
+    assert words in res["msg"], res["msg"]

@@ -448,3 +448,42 @@ def test_check_link_args_without_disk_checks_in_check_mode(tmp_path):
     assert problems and "is not a directory" in problems[0]
     assert cutover.check_link_args(None, None, None) == []
     assert "same path" in cutover.check_link_args("/l", "/t", "/l", must_exist=False)[0]
+
+
+# ------------------------------------------- the loaded gate from the fraction
+
+
+def test_the_loaded_gate_from_the_utilization_passes_what_vllm_reserves(host):
+    # the stand-in like vLLM: 0.9 x 97,887 MiB = 88,098 MiB on each GPU; the gate 83,693 MiB (5 % less)
+    h = host(extra_env={"VLLM_STANDIN_VRAM_MIB": ""})
+    h.start_serving()
+    vram = {"count": 8, "loaded_min_used_fraction": 0.9, "loaded_tolerance": 0.05,
+            "loaded_gpus": list(range(8)), "free_timeout": 10, "interval": 0.1}
+    rc, res = h.run(h.args(vram=vram))
+    assert rc == 0, res["msg"]
+    assert res["vram_used_mib"] == [88098] * 8 and "vram_loaded" in res["phases"]
+
+
+def test_the_loaded_gate_from_the_utilization_fails_with_its_arithmetic(host):
+    h = host(extra_env={"VLLM_STANDIN_VRAM_MIB": "12000"})
+    h.start_serving()
+    vram = {"count": 8, "loaded_min_used_fraction": 0.9, "loaded_timeout": 1, "free_timeout": 10, "interval": 0.1}
+    rc, res = h.run(h.args(vram=vram))
+    assert rc == 1
+    assert res["failed_step"] == "vram_loaded" and res["started"] and res["ready"]
+    assert "did not get loaded after the start" in res["msg"]
+    # (the module's default tolerance, 5 %)
+    assert "GPUs 0-7: memory used expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %, found 12,000 MiB" in res["msg"]
+
+
+@pytest.mark.parametrize("vram, words", [
+    ({"loaded_min_used_fraction": 1.5}, "vram.loaded_min_used_fraction must be more than 0 and at most 1"),
+    ({"loaded_min_used_fraction": 0.9, "loaded_tolerance": 1.0}, "vram.loaded_tolerance must be 0 or more and less"),
+    ({"loaded_gpus": [" "]}, "expect.gpus has an empty entry"),
+])
+def test_a_bad_loaded_gate_is_refused_before_the_stop(host, vram, words):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(h.args(vram=dict({"count": 8}, **vram)))
+    assert rc == 1 and res["failed_step"] == "options" and not res["stopped"]
+    assert res["msg"].startswith("Nothing was stopped: ") and words in res["msg"], res["msg"]
