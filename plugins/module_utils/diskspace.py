@@ -166,7 +166,7 @@ def check_paths(entries, timeout, statvfs=None, clock=None):
         needed = sum(check["min_free_mib"] for check in found)
         free = min(check["free_mib"] for check in found)
         if needed and free < needed:
+            needs = ["%d MiB for %s (%s)" % (c["min_free_mib"], c["purpose"], c["path"]) for c in found if c["min_free_mib"]]
             problems.append("only %d MiB are free on the filesystem mounted at %s, which needs %d MiB: %s" % (
-                free, mount, needed, "; ".join("%d MiB for %s (%s)" % (c["min_free_mib"], c["purpose"], c["path"])
-                                                for c in found if c["min_free_mib"])))
+                free, mount, needed, "; ".join(needs)))
     return checks, problems
