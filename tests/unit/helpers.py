@@ -72,21 +72,77 @@ def run_plays(plays, out):
         return json.load(handle)
 
 
-def _when_nvml_loaded(pid, action, after, limit=60.0):
-    """Call ACTION once process PID has the NVML library mapped (it is in nvmlInit or past it: its first reading is
-    under way), AFTER seconds later; never when PID ends first or after LIMIT seconds."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
+def nvml_loaded(pid):
+    """Whether process PID has the NVML library mapped (it is in nvmlInit or past it)."""
+    with open("/proc/%d/maps" % pid) as maps:
+        return "libnvidia-ml" in maps.read()
+
+
+def has_socket(pid):
+    """Whether process PID has a socket open (its first request is under way)."""
+    fds = "/proc/%d/fd" % pid
+    for name in os.listdir(fds):
         try:
-            with open("/proc/%d/maps" % pid) as maps:
-                loaded = "libnvidia-ml" in maps.read()
+            if os.readlink(os.path.join(fds, name)).startswith("socket:"):
+                return True
         except OSError:
-            return
-        if loaded:
-            time.sleep(after)
-            action()
-            return
-        time.sleep(0.02)
+            pass
+    return False
+
+
+class WhenProcess(threading.Thread):
+    """Call ACTION once READY(pid) is true for the process PID, AFTER seconds later: whatever time the process took
+    to start on a loaded machine. Never when PID ends first or after LIMIT seconds. ``error`` keeps what ACTION
+    raised (check() raises it in the test)."""
+
+    def __init__(self, pid, ready, action, after=1.0, limit=60.0):
+        super(WhenProcess, self).__init__(daemon=True)
+        self.pid, self.ready, self.action, self.after, self.limit = pid, ready, action, after, limit
+        self.error = None
+        self.acted = False
+
+    def run(self):
+        deadline = time.monotonic() + self.limit
+        while time.monotonic() < deadline:
+            try:
+                ready = self.ready(self.pid)
+            except OSError:
+                return
+            if ready:
+                time.sleep(self.after)
+                try:
+                    self.action()
+                    self.acted = True
+                except Exception as exc:  # pylint: disable=broad-except
+                    self.error = exc
+                return
+            time.sleep(0.02)
+
+    def check(self):
+        self.join(5)
+        if self.error is not None:
+            raise self.error
+
+
+def run_module_file(module, args_file, env, when=None, ready=nvml_loaded, after=1.0, timeout=120):
+    """Run the module file MODULE with ARGS_FILE in ENV as Ansible does; WHEN: a function called AFTER seconds once
+    READY(pid) holds for the module's process. Returns (exit code, result dict); a traceback fails the test."""
+    proc = subprocess.Popen([sys.executable, module, args_file], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    watcher = None
+    if when is not None:
+        watcher = WhenProcess(proc.pid, ready, when, after)
+        watcher.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if watcher is not None:
+        watcher.check()
+    assert "Traceback" not in stdout + stderr, stdout + stderr
+    return proc.returncode, json.loads(stdout)
 
 
 def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonpath_extra=None, when_nvml_loaded=None,
@@ -107,15 +163,4 @@ def run_nvml_module(module, args, state_file, lib_dir, check_mode=False, pythonp
         json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
     paths = ([pythonpath_extra] if pythonpath_extra else []) + [os.path.join(REPO, ".cache", "collections")]
     env = dict(os.environ, LD_LIBRARY_PATH=lib_dir, FAKE_NVML_STATE=state_file, PYTHONPATH=os.pathsep.join(paths))
-    proc = subprocess.Popen([sys.executable, module, args_file], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    if when_nvml_loaded is not None:
-        threading.Thread(target=_when_nvml_loaded, args=(proc.pid, when_nvml_loaded, after), daemon=True).start()
-    try:
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert "Traceback" not in stdout + stderr, stdout + stderr
-    return proc.returncode, json.loads(stdout)
+    return run_module_file(module, args_file, env, when=when_nvml_loaded, ready=nvml_loaded, after=after)

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import hostlib, vllm_metrics
+from helpers import has_socket, run_module_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
@@ -69,18 +70,16 @@ def parser(tools_venv):
     return vllm_metrics.load_parser(hostlib.site_dirs_of([tools_venv]))[0]
 
 
-def run_module(args, tmp_path, blocked_dir, check_mode=False):
-    """Run the module file like Ansible does, with prometheus_client blocked in the interpreter."""
+def run_module(args, tmp_path, blocked_dir, check_mode=False, when_connected=None):
+    """Run the module file like Ansible does, with prometheus_client blocked in the interpreter. WHEN_CONNECTED: a
+    function called 1 s after the module opened its first connection (however long it took to start)."""
     args = dict(args)
     if check_mode:
         args["_ansible_check_mode"] = True
     args_file = tmp_path / ("args-%d.json" % time.monotonic_ns())
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([blocked_dir, COLLECTIONS]))
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return run_module_file(MODULE, str(args_file), env, when=when_connected, ready=has_socket, after=1.0)
 
 
 class Standin:
@@ -211,7 +210,7 @@ def test_busy_then_idle_after_the_streams_finish(standin, tools_venv, blocked, t
 
 def test_drain_timeout_fails_or_continues(standin, tools_venv, blocked, tmp_path):
     server = standin()
-    server.stream(80)  # 4 s
+    server.stream(400)  # 20 s: it outlasts both runs below, however long they take to start
     wait_load(server, 1)
     rc, failed = run_module({"url": server.url, "tools_venvs": [tools_venv], "wait_idle": True, "timeout": 1,
                              "interval": 0.2}, tmp_path, blocked)
@@ -230,14 +229,10 @@ def test_server_gone_while_waiting_fails_at_once(standin, tools_venv, blocked, t
     server = standin()
     server.stream(400)  # 20 s
     wait_load(server, 1)
-    killer = threading.Timer(1.0, server.proc.kill)
-    killer.start()
-    try:
-        started = time.monotonic()
-        rc, result = run_module({"url": server.url, "tools_venvs": [tools_venv], "wait_idle": True, "timeout": 60,
-                                 "interval": 0.2}, tmp_path, blocked)
-    finally:
-        killer.cancel()
+    started = time.monotonic()
+    # killed 1 s after the module's first read began: it has answered some reads by then
+    rc, result = run_module({"url": server.url, "tools_venvs": [tools_venv], "wait_idle": True, "timeout": 60,
+                             "interval": 0.2}, tmp_path, blocked, when_connected=server.proc.kill)
     assert rc == 1 and result["error_kind"] in ("refused", "reset"), result
     assert time.monotonic() - started < 15  # not the drain timeout
     assert result["polls"] >= 2 and "It had answered %d read(s) before" % result["polls"] in result["msg"]
