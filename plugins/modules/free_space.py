@@ -62,6 +62,8 @@ options:
     description:
       - Seconds the filesystem may take to answer. A hung network mount (NFS, FUSE) would hang the task; past this
         limit the module fails and says so.
+      - With O(paths), one limit for all of them, in their order; a hung mount leaves the paths after it not
+        measured, each named in RV(problems).
     type: int
     default: 30
 extends_documentation_fragment:
