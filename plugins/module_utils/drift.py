@@ -41,7 +41,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
-from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment, venv_site_dirs
+from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils import gpuhealth
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
@@ -55,13 +55,12 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
     public_result,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
-    PYNVML_MISSING,
     NvmlUnavailable,
     collect_bounded,
     compact_mismatches,
     expectation_given,
     gpu_facts,
-    load_pynvml,
+    load_pynvml_venvs,
     unavailable_result,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import decide as sm120_decide
@@ -282,22 +281,11 @@ def scan_dumps(paths, patterns, recursive=False, max_depth=None, symlinks="remov
     }
 
 
-def _pynvml(venvs):
-    """(pynvml, where) from this interpreter or one of ``venvs``; raises NvmlUnavailable naming the venvs tried."""
-    try:
-        return load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
-    except NvmlUnavailable as exc:
-        if venvs and exc.name == PYNVML_MISSING and exc.text.startswith("cannot import"):
-            exc = NvmlUnavailable(PYNVML_MISSING, "%s, and none of %s has nvidia-ml-py's pynvml.py" % (
-                exc.text, ", ".join(venvs)))
-        raise exc
-
-
 def read_gpus(expect=None, venvs=(), call_timeout=60):
     """nvml.collect() with pynvml from this interpreter or one of ``venvs``, given ``call_timeout`` seconds;
     adds ``pynvml_from``."""
     try:
-        pynvml, where = _pynvml(venvs)
+        pynvml, where = load_pynvml_venvs(venvs)
     except NvmlUnavailable as exc:
         result = unavailable_result(exc)
         result["pynvml_from"] = None
@@ -317,7 +305,7 @@ def read_health(thresholds=None, main_pid=None, venvs=(), call_timeout=60, proc_
     gpu_health module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
     effective = gpuhealth.effective_thresholds(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
     try:
-        pynvml, where = _pynvml(venvs)
+        pynvml, where = load_pynvml_venvs(venvs)
     except NvmlUnavailable as exc:
         result = gpuhealth.unavailable(effective, exc)
         result["pynvml_from"] = None

@@ -52,6 +52,7 @@ import threading
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import hostlib, serving
+from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import venv_site_dirs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 MIB = 1024 * 1024
@@ -195,6 +196,32 @@ def load_pynvml(site_dirs=()):
     if found is None:
         raise first
     return found
+
+
+def load_pynvml_venvs(venvs=()):
+    """(pynvml, where) from this interpreter or the site-packages of one of VENVS (load_pynvml); the
+    NvmlUnavailable of a missing pynvml names the venvs that were tried too."""
+    try:
+        return load_pynvml([site for venv in venvs or () for site in venv_site_dirs(venv)])
+    except NvmlUnavailable as exc:
+        if venvs and exc.name == PYNVML_MISSING and exc.text.startswith("cannot import"):
+            raise NvmlUnavailable(PYNVML_MISSING, "%s, and none of %s has nvidia-ml-py's pynvml.py" % (
+                exc.text, ", ".join(venvs)))
+        raise
+
+
+def collect_venvs(venvs=(), call_timeout=60, expect=None):
+    """collect_bounded() with the pynvml of load_pynvml_venvs(VENVS): (the result, None), or (None, why NVML could
+    not be read, in a few words)."""
+    try:
+        pynvml, dummy = load_pynvml_venvs(venvs)
+    except NvmlUnavailable as exc:
+        return None, exc.text
+    result = collect_bounded(expect=expect, call_timeout=call_timeout, pynvml=pynvml)
+    if not result.get("nvml_available"):
+        error = result.get("nvml_error") or {}
+        return None, "%s: %s" % (error.get("name") or "NVML", error.get("text") or "unavailable")
+    return result, None
 
 
 def error_name(pynvml, exc):

@@ -179,24 +179,16 @@ notes:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils import serving
-from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import venv_site_dirs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
-    NvmlUnavailable,
-    collect_bounded,
-    load_pynvml,
+    collect_venvs,
 )
 
 
 def read_gpus(venvs, call_timeout):
     """(GPU count, UUIDs by index) from NVML, or (None, None, why not)."""
-    try:
-        pynvml, dummy = load_pynvml([site for venv in venvs for site in venv_site_dirs(venv)])
-    except NvmlUnavailable as exc:
-        return None, None, exc.text
-    result = collect_bounded(call_timeout=call_timeout, pynvml=pynvml)
-    if not result.get("nvml_available"):
-        error = result.get("nvml_error") or {}
-        return None, None, "%s: %s" % (error.get("name") or "NVML", error.get("text") or "unavailable")
+    result, why = collect_venvs(venvs, call_timeout)
+    if result is None:
+        return None, None, why
     gpus = result.get("gpus") or []
     return result.get("gpu_count"), [g.get("uuid") or "" for g in gpus], None
 

@@ -161,28 +161,15 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import venv_site_dirs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
-    PYNVML_MISSING,
-    NvmlUnavailable,
-    collect_bounded,
+    collect_venvs,
     format_cuda_version,
-    load_pynvml,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.torchcompat import CompatError, judge, read_torch
 
 
 def read_nvml(venvs, call_timeout):
     """(NVML's collect result, or None; the reason it could not be read, or None)."""
-    try:
-        pynvml, dummy = load_pynvml([site for venv in venvs for site in venv_site_dirs(venv)])
-    except NvmlUnavailable as exc:
-        if exc.name == PYNVML_MISSING and venvs:
-            return None, "%s (nor in %s)" % (exc.text, ", ".join(venvs))
-        return None, exc.text
-    result = collect_bounded(call_timeout=call_timeout, pynvml=pynvml)
-    if not result.get("nvml_available"):
-        error = result.get("nvml_error") or {}
-        return None, "%s: %s" % (error.get("name") or "NVML", error.get("text") or "unavailable")
-    return result, None
+    return collect_venvs(venvs, call_timeout)
 
 
 def main():
