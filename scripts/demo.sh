@@ -27,6 +27,8 @@ case "${1:-}" in
 esac
 
 "$REPO_ROOT/scripts/bootstrap.sh"
+# (podman, which the index's address comes from, may have come with bootstrap)
+index_env
 GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
 export GPUFLEET_HOST_IMAGE
 # the fleet's package index (the wheelhouse and the newer nightly build),

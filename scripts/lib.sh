@@ -25,15 +25,21 @@ export CONTAINERS_CONF="${CONTAINERS_CONF:-$REPO_ROOT/tests/sim/containers.conf}
 # newer "nightly" builds served over HTTP, at the podman bridge's gateway,
 # the address the simulated hosts know as host.containers.internal; the
 # control node uses the same URL. GPUFLEET_INDEX_ADDR and _PORT override.
+# On a fresh machine podman comes with bootstrap: the scripts call
+# index_env again once it has run (an empty URL would send every host's
+# uv to PyPI instead of the test world's index).
 GPUFLEET_INDEX_DIR="${GPUFLEET_INDEX_DIR:-$GPUFLEET_CACHE/index}"
 GPUFLEET_INDEX_PORT="${GPUFLEET_INDEX_PORT:-8765}"
-if [[ -z "${GPUFLEET_INDEX_ADDR:-}" ]] && command -v podman >/dev/null 2>&1; then
-  GPUFLEET_INDEX_ADDR="$(podman network inspect podman --format '{{range .Subnets}}{{.Gateway}} {{end}}' 2>/dev/null \
-    | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | head -n 1 || true)"
-fi
-GPUFLEET_INDEX_ADDR="${GPUFLEET_INDEX_ADDR:-}"
-GPUFLEET_INDEX_URL="${GPUFLEET_INDEX_URL:-${GPUFLEET_INDEX_ADDR:+http://$GPUFLEET_INDEX_ADDR:$GPUFLEET_INDEX_PORT/simple/}}"
-export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_ADDR GPUFLEET_INDEX_URL
+index_env() {
+  if [[ -z "${GPUFLEET_INDEX_ADDR:-}" ]] && command -v podman >/dev/null 2>&1; then
+    GPUFLEET_INDEX_ADDR="$(podman network inspect podman --format '{{range .Subnets}}{{.Gateway}} {{end}}' 2>/dev/null \
+      | tr ' ' '\n' | grep -E '^[0-9]+(\.[0-9]+){3}$' | head -n 1 || true)"
+  fi
+  GPUFLEET_INDEX_ADDR="${GPUFLEET_INDEX_ADDR:-}"
+  GPUFLEET_INDEX_URL="${GPUFLEET_INDEX_URL:-${GPUFLEET_INDEX_ADDR:+http://$GPUFLEET_INDEX_ADDR:$GPUFLEET_INDEX_PORT/simple/}}"
+  export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_ADDR GPUFLEET_INDEX_URL
+}
+index_env
 
 # The test world's load balancer (scripts/balancer.sh): HAProxy on the
 # control node with its runtime API socket and pid file in GPUFLEET_LB_DIR,

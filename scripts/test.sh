@@ -111,6 +111,8 @@ stage_molecule() {
 # bootstrap first: the other stages need what it sets up
 run_stage bootstrap "$REPO_ROOT/scripts/bootstrap.sh"
 ((${#FAILED[@]} == 0)) || die "bootstrap failed: nothing else can run (see above)"
+# (podman, which the index's address comes from, may have come with bootstrap)
+index_env
 GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
 export GPUFLEET_HOST_IMAGE
 
