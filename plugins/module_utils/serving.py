@@ -209,6 +209,56 @@ def serving_config(argv, environment=None):
     }
 
 
+DEFAULT_PORT = 8000
+
+
+def endpoint(argv, environment=None):
+    """Where the server of the unit whose ExecStart= words are ARGV (and Environment= ENVIRONMENT) answers, and as
+    what: a dict with ``port`` (vLLM's --port, 8000 when not given), ``host`` (--host, None when not given),
+    ``served_model_name`` (the first name of --served-model-name, else the model: the word after ``serve``, or
+    --model) and ``api_key`` (--api-key, else VLLM_API_KEY, else None). Raises ServingConfigError for a port that is
+    not one."""
+    words = ["" if w is None else str(w) for w in (argv or [])]
+    port, names, model, host, api_key = None, None, None, None, None
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, inline = _name(word)
+        i += 1
+        if name is None:
+            if word == "serve" and model is None and i < len(words) and not words[i].startswith("-"):
+                model = words[i]
+                i += 1
+            continue
+        if name not in ("--port", "--served-model-name", "--model", "--host", "--api-key"):
+            continue
+        if inline is None:
+            values = []
+            while i < len(words) and not words[i].startswith("-"):
+                values.append(words[i])
+                i += 1
+                if name != "--served-model-name":
+                    break
+        else:
+            values = [inline]
+        if not values:
+            raise ServingConfigError("%s needs a value" % name)
+        if name == "--port":
+            if not re.match(r"^[0-9]{1,5}$", values[0]) or not 1 <= int(values[0]) <= 65535:
+                raise ServingConfigError("--port must be a port number from 1 to 65535; got %r" % values[0])
+            port = int(values[0])
+        elif name == "--served-model-name":
+            names = values
+        elif name == "--host":
+            host = values[0]
+        elif name == "--api-key":
+            api_key = values[0]
+        else:
+            model = values[0]
+    return {"port": port or DEFAULT_PORT, "host": host, "served_model_name": (names or [model or ""])[0],
+            "api_key": api_key or (environment or {}).get("VLLM_API_KEY") or None}
+
+
 # ------------------------------------------------------------ loaded gate
 
 

@@ -37,12 +37,17 @@ Public API:
 * :func:`journal_tail` -- the last lines of the unit's journal.
 * :func:`unit_name_problem`, :func:`unit_name` -- systemd's rules for a
   unit name (what a unit file may be called).
+* :func:`managed_unit_files`, :func:`managed_units` -- the units the
+  service role rendered (its template's MANAGED_MARKER line), with their
+  state: what a model switch stops and the audit lists.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import os
 import re
+import stat
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import (
@@ -52,6 +57,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import (
     runner,
     timed_out,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils import serving
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 UNIT_PROPERTIES = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
@@ -307,3 +313,299 @@ def unit_name(text):
     if problem:
         raise ValueError(problem)
     return "%s.%s" % (base, suffix)
+
+
+# ---------------------------------------------------------------- the units the service role rendered
+
+#: The comment line the service role's unit template writes into every unit it renders (templates/vllm.service.j2),
+#: matched whole, in the comment block before the first section.
+MANAGED_MARKER = re.compile(rb"^# vLLM server for .*, rendered by the gpufleet\.vllm\.service role\.$")
+#: The properties read of each managed unit.
+MANAGED_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "UnitFileState", "DropInPaths")
+MANAGED_MAX_ENTRIES = 4096
+#: A rendered unit is about 1 KiB; a file past this is not read whole (its words would be half read).
+MANAGED_READ_BYTES = 64 * 1024
+#: The UnitFileState values of a unit that starts at the next boot. The -runtime forms live under /run and are gone
+#: after a reboot; ``systemctl disable`` does not remove them (it needs --runtime), so they are not counted.
+_MANAGED_ENABLED = ("enabled", "linked", "alias")
+
+
+def _marked(head, marker):
+    """Whether one line of the comment block that opens HEAD (a unit file's first bytes) is MARKER, whole."""
+    for line in head.splitlines():
+        line = line.rstrip(b"\r")
+        if line.startswith(b"["):
+            return False
+        if line.startswith((b"#", b";")) and marker.match(line):
+            return True
+        if line.strip() and not line.startswith((b"#", b";")):
+            return False
+    return False
+
+
+def _unit_lines(text):
+    """The (section, key, value) settings of a unit file's TEXT, continuation lines joined as systemd joins them."""
+    settings = []
+    section = None
+    pending = ""
+    # (systemd ends a line at a newline only; str.splitlines() would also break at U+0085, U+2028, ...)
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r")
+        # (a comment line is ignored also inside a continued line, as systemd.syntax(7) says)
+        if line.lstrip().startswith(("#", ";")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = pending + line, ""
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped[1:-1]
+            continue
+        key, sep, value = stripped.partition("=")
+        if sep:
+            settings.append((section, key.strip(), value.strip()))
+    if pending.strip():
+        settings.append((section,) + tuple(part.strip() for part in pending.partition("=")[::2]))
+    return settings
+
+
+_C_ESCAPES = {"\\": "\\", '"': '"', "'": "'", "n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f",
+              "v": "\v", "s": " "}
+
+
+def split_words(value, what, dollar=True):
+    """The words of an ExecStart= (DOLLAR true) or Environment= value as systemd splits them (systemd.syntax(7),
+    extract_first_word with unquoting): double or single quotes anywhere in a word, C escapes, ``%%`` a percent sign
+    and, with DOLLAR, ``$$`` a dollar sign.
+
+    A specifier (``%n``) or a variable (``$NAME``) cannot be resolved here:
+    ValueError naming WHAT, as for an unterminated quote or escape.
+    """
+    words = []
+    i, n = 0, len(value)
+    while True:
+        while i < n and value[i] in " \t":
+            i += 1
+        if i >= n:
+            return words
+        word = []
+        quote = None
+        while i < n:
+            char = value[i]
+            if quote is None and char in " \t":
+                break
+            if quote is None and char in "\"'":
+                quote = char
+                i += 1
+                continue
+            if quote is not None and char == quote:
+                quote = None
+                i += 1
+                continue
+            if char == "\\":
+                if i + 1 >= n:
+                    raise ValueError("%s ends in an unfinished escape" % what)
+                nxt = value[i + 1]
+                if nxt == "x" and re.match(r"^[0-9a-fA-F]{2}$", value[i + 2:i + 4]):
+                    word.append(chr(int(value[i + 2:i + 4], 16)))
+                    i += 4
+                    continue
+                if nxt not in _C_ESCAPES:
+                    raise ValueError("%s: the escape \\%s at character %d is not one this reader knows" % (what, nxt, i + 1))
+                word.append(_C_ESCAPES[nxt])
+                i += 2
+                continue
+            if char == "%":
+                if value[i + 1:i + 2] != "%":
+                    raise ValueError("%s holds the specifier %s at character %d, which only systemd can resolve"
+                                     % (what, value[i:i + 2], i + 1))
+                word.append("%")
+                i += 2
+                continue
+            if char == "$" and dollar:
+                if value[i + 1:i + 2] != "$":
+                    raise ValueError("%s uses a variable ($) at character %d, which only systemd can resolve"
+                                     % (what, i + 1))
+                word.append("$")
+                i += 2
+                continue
+            word.append(char)
+            i += 1
+        if quote is not None:
+            raise ValueError("%s has a quote that is never closed" % what)
+        words.append("".join(word))
+
+
+def parse_rendered_unit(text, name="the unit"):
+    """The command line and environment of a unit the service role rendered (its template's ExecStart= and
+    Environment= lines): a dict with ``argv`` (the words, the program first) and ``environment`` (a dict).
+
+    Raises ValueError naming what is not as the template writes it (no
+    ExecStart=, more than one, a word that needs systemd to resolve it).
+    ``environment_files``: the EnvironmentFile= lines, whose variables are
+    not read here (the GPUs of such a unit are not known).
+    """
+    argv = None
+    environment = {}
+    environment_files = []
+    for section, key, value in _unit_lines(text):
+        if section != "Service":
+            continue
+        if key == "ExecStart":
+            if argv is not None:
+                raise ValueError("%s has more than one ExecStart= line" % name)
+            argv = split_words(value, "the ExecStart= line of %s" % name)
+            if argv and argv[0][:1] in "-@+!:":
+                argv[0] = argv[0].lstrip("-@+!:")
+        elif key == "EnvironmentFile":
+            # (its variables are not read here: CUDA_VISIBLE_DEVICES may come from it)
+            environment_files.append(value)
+        elif key == "Environment" and not value:
+            # (an empty assignment resets the list, as in systemd)
+            environment = {}
+        elif key == "Environment":
+            for word in split_words(value, "an Environment= line of %s" % name, dollar=False):
+                env_name, sep, env_value = word.partition("=")
+                if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", env_name):
+                    raise ValueError("%s: the Environment= assignment %r is not NAME=value" % (name, word[:80]))
+                environment[env_name] = env_value
+    if not argv:
+        raise ValueError("%s has no ExecStart= command line" % name)
+    return {"argv": argv, "environment": environment, "environment_files": environment_files}
+
+
+def _read_head(path, read_bytes):
+    """The first READ_BYTES of the regular file PATH (a link never followed), None when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, read_bytes)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _rendered(head, name, read_bytes):
+    """The parse_rendered_unit dict of HEAD, or a dict with ``error`` (why its GPUs cannot be known)."""
+    if len(head) >= read_bytes:
+        return {"error": "%s is larger than %d KiB, more than a unit the role renders" % (name, read_bytes // 1024)}
+    try:
+        return parse_rendered_unit(head.decode("utf-8"), name)
+    except UnicodeDecodeError:
+        return {"error": "%s is not UTF-8 text" % name}
+    except ValueError as exc:
+        return {"error": str(exc)}
+
+
+def read_rendered_file(path, marker=MANAGED_MARKER, read_bytes=MANAGED_READ_BYTES):
+    """parse_rendered_unit of the unit file PATH, which must be one the service role rendered (MARKER in its opening
+    comment block); raises SystemdError saying why it cannot be read."""
+    if not path or not str(path).startswith("/"):
+        raise SystemdError("systemd knows no unit file for it (FragmentPath is %s)" % (repr(path) if path else "empty"))
+    head = _read_head(path, read_bytes)
+    if head is None:
+        raise SystemdError("its unit file %s cannot be read as a regular file (a link is not followed)"
+                           % valid_text(path))
+    if not _marked(head, marker):
+        raise SystemdError("its unit file %s was not rendered by the gpufleet.vllm.service role (no marker line), so "
+                           "its serving arguments are not read" % valid_text(path))
+    rendered = _rendered(head, valid_text(path), read_bytes)
+    if "error" in rendered:
+        raise SystemdError(rendered["error"])
+    return rendered
+
+
+def managed_unit_files(unit_dir, marker=MANAGED_MARKER, max_entries=MANAGED_MAX_ENTRIES, read_bytes=MANAGED_READ_BYTES):
+    """The ``.service`` files in UNIT_DIR whose opening comment block (before the first section) has MARKER as one
+    whole line: a sorted list of (name, rendered), rendered being parse_rendered_unit's dict or one with ``error``.
+
+    Only regular files (a link is never followed), names systemd accepts, at
+    most MAX_ENTRIES directory entries looked at (SystemdError past that, so
+    a wrong directory is said, not half read), at most READ_BYTES of each
+    file. A missing UNIT_DIR has none.
+    """
+    try:
+        entries = os.scandir(unit_dir)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise SystemdError("the unit directory %s cannot be read: %s" % (valid_text(unit_dir), exc.strerror or exc))
+    found = []
+    with entries:
+        for count, entry in enumerate(entries, 1):
+            if count > max_entries:
+                raise SystemdError("the unit directory %s has more than %d entries: not read (is it the systemd unit "
+                                   "directory?)" % (valid_text(unit_dir), max_entries))
+            name = entry.name
+            if not name.endswith(".service") or unit_name_problem(name[:-len(".service")]):
+                continue
+            head = _read_head(entry.path, read_bytes)
+            if head is not None and _marked(head, marker):
+                found.append((name, _rendered(head, name, read_bytes)))
+    return sorted(found)
+
+
+def gpus_of(rendered, drop_ins=""):
+    """The GPUs (indices or UUIDs, a list) the rendered unit's server takes and None, or None and why they cannot be
+    known (its file not as the role writes it, an EnvironmentFile=, DROP_INS: the unit's DropInPaths)."""
+    if "argv" not in rendered:
+        return None, rendered.get("error") or "its file cannot be read"
+    if rendered.get("environment_files"):
+        return None, "its EnvironmentFile= %s may set CUDA_VISIBLE_DEVICES" % ", ".join(rendered["environment_files"])
+    if drop_ins and drop_ins.strip():
+        return None, "its drop-ins %s may change its command line or environment" % drop_ins.strip()
+    try:
+        return serving.serving_config(rendered["argv"], rendered["environment"])["gpus"], None
+    except serving.ServingConfigError as exc:
+        return None, "its serving arguments are not valid: %s" % exc
+
+
+def share_gpus(first, second):
+    """Whether two units' GPUs (gpus_of) may overlap: unknown, or named in different forms (indices and UUIDs), counts
+    as shared."""
+    if first is None or second is None:
+        return True
+    if any(isinstance(g, str) for g in first) != any(isinstance(g, str) for g in second):
+        return True
+    return bool(set(first) & set(second))
+
+
+def managed_units(run_command, systemctl, unit_dir, keep=None, **limits):
+    """The units the service role rendered in UNIT_DIR with their state: a list of dicts (``unit``, ``active_state``,
+    ``sub_state``, ``unit_file_state``, ``main_pid``, ``active``, ``enabled``, ``gpus`` (None: not known, with
+    ``gpus_unknown`` saying why), ``other``: not KEEP, and ``shares_gpus``: may use a GPU KEEP's server takes (KEEP's
+    GPUs unknown, or KEEP not rendered here: any GPU)). Raises SystemdError."""
+    files = managed_unit_files(unit_dir, **limits)
+    states = dict((name, show(run_command, systemctl, name, MANAGED_PROPERTIES)) for name, dummy in files)
+    keep_gpus = None
+    for name, rendered in files:
+        if name == keep:
+            keep_gpus = gpus_of(rendered, states[name].get("DropInPaths"))[0]
+    units = []
+    for name, rendered in files:
+        props = states[name]
+        gpus, why = gpus_of(rendered, props.get("DropInPaths"))
+        unit = {
+            "unit": name, "active_state": props.get("ActiveState") or "", "sub_state": props.get("SubState") or "",
+            "unit_file_state": props.get("UnitFileState") or "", "main_pid": props.get("MainPID") or 0,
+            "active": props.get("ActiveState") in RUNNING_STATES,
+            "enabled": (props.get("UnitFileState") or "") in _MANAGED_ENABLED,
+            "gpus": gpus, "other": name != keep, "shares_gpus": name == keep or share_gpus(gpus, keep_gpus)}
+        if gpus is None:
+            unit["gpus_unknown"] = why
+        units.append(unit)
+    return units
+
+
+def others_to_stop(units):
+    """Of managed_units' list, the other units a switch to KEEP stops or disables: they run or start at boot and may
+    share a GPU with KEEP."""
+    return [u for u in units if u["other"] and u["shares_gpus"] and (u["active"] or u["enabled"])]

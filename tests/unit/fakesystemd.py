@@ -75,7 +75,13 @@ def show(unit):
         "LoadState": "loaded" if loaded else "not-found", "ActiveState": active, "SubState": sub,
         "Result": result, "NRestarts": "0", "MainPID": str(pid if running else 0),
         "InvocationID": "0123abcd", "ExecMainStartTimestampMonotonic": _read(_path(unit, ".start"), "0")
-        if running else "0", "FragmentPath": _path(unit, ".json") if loaded else "",
+        if running else "0",
+        # (the unit file, when the test wrote one: write_unit's fragment)
+        "FragmentPath": (_read(_path(unit, ".fragment")) or _path(unit, ".json")) if loaded else "",
+        # (enabled at boot: a file <unit>.enabled, as `systemctl enable` makes)
+        "UnitFileState": ("enabled" if os.path.exists(_path(unit, ".enabled")) else "disabled") if loaded else "",
+        # (a file <unit>.dropins: the unit's drop-in paths)
+        "DropInPaths": _read(_path(unit, ".dropins"), "") if loaded else "",
     }
     return values
 
@@ -158,6 +164,16 @@ def systemctl(argv):
         return start(unit)
     if verb == "stop":
         return stop(unit)
+    if verb == "is-enabled":
+        enabled = os.path.exists(_path(unit, ".enabled"))
+        print("enabled" if enabled else ("disabled" if os.path.exists(_path(unit, ".json")) else "not-found"))
+        return 0 if enabled else 1
+    if verb in ("enable", "disable"):
+        if verb == "enable":
+            open(_path(unit, ".enabled"), "w").close()
+        elif os.path.exists(_path(unit, ".enabled")):
+            os.unlink(_path(unit, ".enabled"))
+        return 0
     if verb == "_run":
         return supervise(unit)
     sys.stderr.write("fake systemctl: unknown verb %s\n" % verb)
@@ -191,9 +207,13 @@ def install(bindir, state_dir):
     return {"FAKE_SYSTEMD_DIR": state_dir, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
 
 
-def write_unit(state_dir, unit, argv, env=None):
+def write_unit(state_dir, unit, argv, env=None, fragment=None):
+    """The unit UNIT runs ARGV with ENV; FRAGMENT: the path of its unit file (FragmentPath) when the test wrote one."""
     with open(os.path.join(state_dir, unit + ".json"), "w") as f:
         json.dump({"argv": list(argv), "env": dict(env or {})}, f)
+    if fragment:
+        with open(os.path.join(state_dir, unit + ".fragment"), "w") as f:
+            f.write(fragment)
 
 
 if __name__ == "__main__":

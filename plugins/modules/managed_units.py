@@ -1,0 +1,209 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: managed_units
+short_description: The vLLM units the collection's service role rendered on a host, with their state
+version_added: 0.1.0
+description:
+  - Lists the C(.service) files in O(unit_dir) that the M(gpufleet.vllm.service) role rendered (its template writes
+    the line C(rendered by the gpufleet.vllm.service role) into every unit), and reads each one's state with
+    C(systemctl show), never through a shell.
+  - A host that switches models (Kimi-K2.5 to MiniMax-M2.5) has the old model's unit still there. RV(others) lists
+    the managed units other than O(keep) that are running or enabled at boot and may use a GPU O(keep)'s server
+    takes. They hold those GPUs (or would at the next boot), so the service role stops them before its own unit
+    starts and disables them once it is proven, and the audit lists them.
+  - The GPUs of each unit come from its own C(ExecStart=) and C(Environment=) lines (the first tensor x pipeline x
+    data parallel entries of C(CUDA_VISIBLE_DEVICES), or GPUs 0, 1, ...). Two models side by side on different GPUs
+    are not others of each other; a unit whose GPUs cannot be known (its file edited beyond what the role writes,
+    O(keep) not rendered here, GPUs named by index in one and by UUID in the other) counts as sharing them.
+  - Only regular files are read (a link is never followed), only their first 64 KiB, and at most 4096 directory
+    entries; a unit directory with more is refused rather than half read.
+  - The module only reads. It never changes anything (C(changed=false)).
+options:
+  unit_dir:
+    description: The directory the service role renders its units into (its C(service_unit_dir)).
+    type: path
+    default: /etc/systemd/system
+  keep:
+    description:
+      - The unit that stays, for example V(vllm-minimax-m25.service) or V(vllm-minimax-m25). It is listed in RV(units)
+        but never in RV(others).
+      - Left out, every managed unit that runs or is enabled is in RV(others).
+    type: str
+  systemctl:
+    description: The path of C(systemctl). Default is the one found on the host's E(PATH).
+    type: path
+  timeout:
+    description:
+      - Seconds each C(systemctl show) may take. One that does not answer is killed with its process group at this
+        limit and the task fails, naming the limit.
+    type: int
+    default: 30
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads; check mode returns the same result.
+  diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+requirements:
+  - Python 3.10 or newer on the managed host (standard library only), and C(systemctl).
+seealso:
+  - module: gpufleet.vllm.unit_info
+  - module: ansible.builtin.systemd_service
+author: gpufleet.vllm developers (@gpufleet)
+"""
+
+EXAMPLES = r"""
+- name: Find the other models' units on this host
+  gpufleet.vllm.managed_units:
+    keep: vllm-minimax-m25.service
+  register: vllm_units
+
+- name: Stop and disable them before the new model starts
+  ansible.builtin.systemd_service:
+    name: "{{ item.unit }}"
+    state: stopped
+    enabled: false
+  loop: "{{ vllm_units.others }}"
+  loop_control:
+    label: "{{ item.unit }}"
+"""
+
+RETURN = r"""
+check_mode:
+  description:
+    - Whether the module ran in check mode (it reads the same either way). Also true for a task with
+      C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode) variable is false.
+  returned: always
+  type: bool
+  sample: false
+keep:
+  description: O(keep) as a full unit name, or an empty string.
+  returned: always
+  type: str
+  sample: vllm-minimax-m25.service
+units:
+  description: Every unit the service role rendered in O(unit_dir), by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    unit:
+      description: The unit's name.
+      type: str
+      sample: vllm-kimi-k25.service
+    active_state:
+      description: Its C(ActiveState).
+      type: str
+      sample: active
+    sub_state:
+      description: Its C(SubState).
+      type: str
+      sample: running
+    unit_file_state:
+      description: Its C(UnitFileState) (V(enabled), V(disabled), ...).
+      type: str
+      sample: enabled
+    main_pid:
+      description: Its C(MainPID) (0 when it does not run).
+      type: int
+      sample: 4242
+    active:
+      description: Whether it runs (C(active), C(activating), C(reloading) or C(deactivating)).
+      type: bool
+    enabled:
+      description:
+        - Whether it starts at boot (C(enabled), C(linked) or an alias). The C(-runtime) forms are gone after a reboot
+          and C(systemctl disable) does not remove them, so they do not count.
+      type: bool
+    gpus:
+      description: The GPUs (indices or UUIDs) its server takes, read from its file; V(null) when they cannot be known.
+      type: list
+      elements: raw
+      sample: [0, 1, 2, 3, 4, 5, 6, 7]
+    gpus_unknown:
+      description: Why RV(units[].gpus) is V(null).
+      type: str
+      returned: when RV(units[].gpus) is null
+    shares_gpus:
+      description: Whether its GPUs may overlap those of O(keep) (always V(true) for O(keep) itself).
+      type: bool
+    other:
+      description: Whether it is not O(keep).
+      type: bool
+others:
+  description: The RV(units) other than O(keep) that run or are enabled and may share a GPU with O(keep), what a model
+    switch stops and disables.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{unit: vllm-kimi-k25.service, active_state: active, sub_state: running, unit_file_state: enabled,
+            main_pid: 4242, active: true, enabled: true, gpus: [0, 1, 2, 3, 4, 5, 6, 7], other: true,
+            shares_gpus: true}]
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    SystemdError,
+    managed_units,
+    others_to_stop,
+    reader,
+    unit_name,
+)
+
+MAX_TIMEOUT = 3600
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            unit_dir=dict(type="path", default="/etc/systemd/system"),
+            keep=dict(type="str"),
+            systemctl=dict(type="path"),
+            timeout=dict(type="int", default=30),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    keep = ""
+    if params["keep"]:
+        try:
+            keep = unit_name(params["keep"])
+        except ValueError as exc:
+            module.fail_json(msg="keep %s %s: give the unit's name, for example vllm-minimax-m25.service." % (
+                shown(params["keep"]), exc), changed=False)
+    if not params["unit_dir"].startswith("/"):
+        module.fail_json(msg="unit_dir must be an absolute path, got %s." % shown(params["unit_dir"]), changed=False)
+    if not 1 <= params["timeout"] <= MAX_TIMEOUT:
+        module.fail_json(msg="timeout must be from 1 to %d seconds (got %d)." % (MAX_TIMEOUT, params["timeout"]),
+                         changed=False)
+    systemctl = params["systemctl"] or module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl is not on this host's PATH, so the vLLM units cannot be read: this host does "
+                             "not look like a systemd host (or give the option systemctl).", changed=False)
+    try:
+        units = managed_units(reader(params["timeout"]), systemctl, params["unit_dir"], keep=keep or None)
+    except SystemdError as exc:
+        module.fail_json(msg="Cannot list the vLLM units in %s: %s. Nothing was changed." % (
+            shown(params["unit_dir"]), exc), changed=False, keep=keep)
+    others = others_to_stop(units)
+    module.exit_json(changed=False, check_mode=module.check_mode, keep=keep, units=units, others=others)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.managed_units: the units the service role rendered, with their state (fake systemctl)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fakesystemd
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+MODULE = os.path.join(REPO, "plugins", "modules", "managed_units.py")
+COLLECTIONS = os.path.join(REPO, ".cache", "collections")
+MARKED = ("# Ansible managed\n# vLLM server for %s, rendered by the gpufleet.vllm.service role.\n[Unit]\n"
+          "Description=vLLM\n")
+
+
+class World:
+    def __init__(self, tmp_path):
+        self.tmp = tmp_path
+        self.unit_dir = tmp_path / "units"
+        self.unit_dir.mkdir()
+        self.state = str(tmp_path / "systemd")
+        self.env = fakesystemd.install(str(tmp_path / "bin"), self.state)
+
+    def unit(self, name, marked=True, running=False, enabled=False):
+        (self.unit_dir / name).write_text(MARKED % name if marked else "[Unit]\nDescription=someone else's\n")
+        fakesystemd.write_unit(self.state, name, [sys.executable, "-c", "import time; time.sleep(600)"])
+        if running:
+            self.systemctl("start", name)
+        if enabled:
+            self.systemctl("enable", name)
+
+    def systemctl(self, *words):
+        return subprocess.run(["systemctl"] + list(words), env=dict(os.environ, **self.env), capture_output=True,
+                              text=True, check=False, timeout=60)
+
+    def run(self, **args):
+        path = self.tmp / "args.json"
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict({"unit_dir": str(self.unit_dir)}, **args)}))
+        env = dict(os.environ, **self.env)
+        env["PYTHONPATH"] = COLLECTIONS
+        proc = subprocess.run([sys.executable, MODULE, str(path)], env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    def stop_all(self):
+        for name in os.listdir(str(self.unit_dir)):
+            self.systemctl("stop", name)
+
+
+@pytest.fixture
+def world(tmp_path):
+    made = World(tmp_path)
+    yield made
+    made.stop_all()
+
+
+def test_the_other_models_unit_that_runs_or_is_enabled_is_listed(world):
+    world.unit("vllm-kimi-k25.service", running=True, enabled=True)
+    world.unit("vllm-minimax-m25.service")
+    world.unit("vllm-old.service", enabled=True)
+    world.unit("vllm-spare.service")
+    world.unit("nginx.service", marked=False, running=True, enabled=True)
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    assert res["changed"] is False and res["keep"] == "vllm-minimax-m25.service"
+    assert [u["unit"] for u in res["units"]] == [
+        "vllm-kimi-k25.service", "vllm-minimax-m25.service", "vllm-old.service", "vllm-spare.service"]
+    assert [(u["unit"], u["active"], u["enabled"]) for u in res["others"]] == [
+        ("vllm-kimi-k25.service", True, True), ("vllm-old.service", False, True)]
+    kimi = res["others"][0]
+    assert kimi["active_state"] == "active" and kimi["unit_file_state"] == "enabled" and kimi["main_pid"] > 0
+
+
+def test_the_kept_unit_is_never_an_other_even_when_it_runs(world):
+    world.unit("vllm-kimi-k25.service", running=True, enabled=True)
+    rc, res = world.run(keep="vllm-kimi-k25.service", _ansible_check_mode=True)
+    assert rc == 0 and res["others"] == [] and res["check_mode"] is True
+    assert res["units"][0]["other"] is False
+
+
+def test_links_and_odd_names_are_not_read(world, tmp_path):
+    outside = tmp_path / "outside.service"
+    outside.write_text(MARKED % "outside")
+    os.symlink(str(outside), str(world.unit_dir / "vllm-link.service"))
+    (world.unit_dir / "bad name.service").write_text(MARKED % "bad")
+    (world.unit_dir / "vllm-dir.service").mkdir()
+    rc, res = world.run()
+    assert rc == 0, res
+    assert res["units"] == [] and res["others"] == []
+
+
+def test_a_missing_unit_directory_has_no_units(world, tmp_path):
+    rc, res = world.run(unit_dir=str(tmp_path / "nowhere"))
+    assert rc == 0 and res["units"] == []
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"keep": "vllm@"}, "keep 'vllm@' is a template"),
+    ({"keep": "a/b"}, "holds characters a unit name cannot have"),
+    ({"unit_dir": "relative"}, "unit_dir must be an absolute path"),
+    ({"timeout": 0}, "timeout must be from 1"),
+])
+def test_bad_options_are_refused(world, args, words):
+    rc, res = world.run(**args)
+    assert rc == 1 and words in res["msg"], res["msg"]
+
+
+def test_a_directory_too_large_is_refused_not_half_read(world, monkeypatch):
+    for n in range(4100):
+        (world.unit_dir / ("x%d.conf" % n)).write_text("")
+    rc, res = world.run()
+    assert rc == 1
+    assert "has more than 4096 entries: not read (is it the systemd unit directory?)" in res["msg"]
+
+
+def test_the_marker_counts_only_as_the_templates_own_comment_line(world):
+    # a unit that greps for the phrase, one that quotes it in a comment, one with it after [Unit]
+    (world.unit_dir / "unit-audit.service").write_text(
+        "[Unit]\nDescription=audit\n[Service]\nExecStart=/bin/grep 'rendered by the gpufleet.vllm.service role' /x\n")
+    (world.unit_dir / "embed-server.service").write_text(
+        "# copied from the unit rendered by the gpufleet.vllm.service role, then edited\n[Unit]\n")
+    (world.unit_dir / "late.service").write_text(
+        "[Unit]\n# vLLM server for x, rendered by the gpufleet.vllm.service role.\n")
+    world.unit("vllm-kimi-k25.service")
+    rc, res = world.run()
+    assert rc == 0, res
+    assert [u["unit"] for u in res["units"]] == ["vllm-kimi-k25.service"]
+
+
+def rendered(name, gpus=None, tp=4):
+    env = '' if gpus is None else 'Environment="CUDA_VISIBLE_DEVICES=%s"\n' % gpus
+    return (MARKED % name + '[Service]\nType=exec\n' + env
+            + 'ExecStart="/opt/vllm/current/bin/vllm" \\\n    "serve" \\\n    "/models/%s" \\\n'
+              '    "--tensor-parallel-size" \\\n    "%d"\n' % (name, tp))
+
+
+def test_two_models_side_by_side_on_other_gpus_are_not_each_others_switch(world):
+    world.unit("vllm-kimi-k25.service", running=True, enabled=True)
+    world.unit("vllm-minimax-m25.service")
+    world.unit("vllm-small.service", running=True, enabled=True)
+    (world.unit_dir / "vllm-kimi-k25.service").write_text(rendered("kimi", "0,1,2,3"))
+    (world.unit_dir / "vllm-minimax-m25.service").write_text(rendered("minimax", "4,5,6,7"))
+    (world.unit_dir / "vllm-small.service").write_text(rendered("small", "3", tp=1))
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    by_name = dict((u["unit"], u) for u in res["units"])
+    assert by_name["vllm-kimi-k25.service"]["gpus"] == [0, 1, 2, 3]
+    assert by_name["vllm-kimi-k25.service"]["shares_gpus"] is False
+    assert by_name["vllm-minimax-m25.service"]["shares_gpus"] is True
+    assert res["others"] == []
+    # the same host switching the GPUs 0-3 model: the other one on GPU 3 shares one, the one on 4-7 does not
+    rc, res = world.run(keep="vllm-kimi-k25")
+    assert [u["unit"] for u in res["others"]] == ["vllm-small.service"]
+
+
+def test_a_unit_whose_gpus_cannot_be_known_counts_as_sharing(world):
+    world.unit("vllm-kimi-k25.service", running=True)
+    world.unit("vllm-minimax-m25.service")
+    (world.unit_dir / "vllm-kimi-k25.service").write_text(
+        rendered("kimi", "0,1,2,3").replace('"serve"', '"serve" "%n"'))
+    (world.unit_dir / "vllm-minimax-m25.service").write_text(rendered("minimax", "4,5,6,7"))
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    kimi = res["others"][0]
+    assert kimi["unit"] == "vllm-kimi-k25.service" and kimi["gpus"] is None and kimi["shares_gpus"] is True
+    assert "the specifier %n" in kimi["gpus_unknown"]
+
+
+def test_a_unit_with_drop_ins_counts_as_sharing_the_gpus(world):
+    # (systemctl edit: an override may change its command line or CUDA_VISIBLE_DEVICES)
+    world.unit("vllm-kimi-k25.service", running=True)
+    world.unit("vllm-minimax-m25.service")
+    (world.unit_dir / "vllm-kimi-k25.service").write_text(rendered("kimi", "0,1,2,3"))
+    (world.unit_dir / "vllm-minimax-m25.service").write_text(rendered("minimax", "4,5,6,7"))
+    with open(os.path.join(world.state, "vllm-kimi-k25.service.dropins"), "w") as f:
+        f.write("/etc/systemd/system/vllm-kimi-k25.service.d/override.conf")
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    kimi = res["others"][0]
+    assert kimi["unit"] == "vllm-kimi-k25.service" and kimi["gpus"] is None
+    assert "drop-ins /etc/systemd/system/vllm-kimi-k25.service.d/override.conf" in kimi["gpus_unknown"]
