@@ -33,10 +33,12 @@ import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    RUNNING_STATES,
     SystemdError,
     journal_tail,
     read_state,
     run_verb,
+    show,
     unit_state,
     unit_stopped_reason,
 )
@@ -138,11 +140,15 @@ class Cutover(object):
     applies to; None: all), ``loaded_timeout``, ``interval``.
     ``ready``: dict of wait_ready's arguments (``served_model_name``,
     ``timeout``, ``interval``, ``completion``, ``prompt``).
+    ``stop_units``: other units that hold the same GPUs (another model's
+    server, on a model switch): each is stopped right after UNIT, before
+    the wait for free GPUs; result ``others`` says which ran and which were
+    stopped (what a rollback starts again).
     """
 
     def __init__(self, run_command, systemctl, journalctl, unit, link=None, link_target=None, previous_link=None,
                  previous_link_target=None, daemon_reload=False, client=None, ready=None, vram=None, journal_lines=30,
-                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep, read_command=None):
+                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep, read_command=None, stop_units=()):
         self.run_command = run_command
         # systemctl show and journalctl (only reads): a shorter limit than stop and start, when given
         self.read_command = read_command or run_command
@@ -158,6 +164,7 @@ class Cutover(object):
         self.ready = dict(ready or {})
         self.vram = vram
         self.journal_lines = journal_lines
+        self.stop_units = list(stop_units or ())
         self.collect = collect
         self.clock = clock
         self.sleep = sleep
@@ -168,7 +175,7 @@ class Cutover(object):
             "started": False, "ready": False, "link": link, "link_before": None, "link_after": None,
             "previous_link": previous_link, "phases": {}, "downtime_seconds": None, "load_seconds": None,
             "stop_seconds": None, "readiness": None, "version": None, "vram_used_mib": [], "vram_freed_mib": [],
-            "failed_step": None,
+            "failed_step": None, "others": [],
         }
 
     # ------------------------------------------------------------- helpers
@@ -186,6 +193,9 @@ class Cutover(object):
         where = []
         if self.result["stopped"]:
             where.append("%s is stopped" % self.unit)
+        others = [o["unit"] for o in self.result["others"] if o["stopped"] and o["was_active"]]
+        if others:
+            where.append("the other model's %s %s stopped" % (", ".join(others), "is" if len(others) == 1 else "are"))
         if self.link:
             where.append("%s points at %s" % (
                 self.link, self.result["link_after"] if self.result["switched"] else self.result["link_before"]))
@@ -235,6 +245,9 @@ class Cutover(object):
     def describe(self):
         """What run() would do, in one sentence (check mode)."""
         words = ["stop %s" % self.unit]
+        running = [o["unit"] for o in self.result["others"] if o["was_active"]]
+        if running:
+            words.append("stop the other model's %s" % ", ".join(running))
         if self.vram:
             words.append("wait until the GPUs are free")
         if self.link and self.result["link_before"] != self.link_target:
@@ -265,6 +278,20 @@ class Cutover(object):
             self._fail("unit", "The unit %s is %s: render it (the gpufleet.vllm.service role) before a cutover; "
                        "nothing was stopped." % (self.unit, state.load_state or "unknown"))
         self.result["was_active"] = state.running
+        for other in self.stop_units:
+            if other == self.unit:
+                self._fail("unit", "The unit %s is also in stop_units: a unit cannot be stopped for itself; nothing "
+                           "was stopped." % other)
+            try:
+                props = show(self.read_command, self.systemctl, other, ("LoadState", "ActiveState", "UnitFileState"))
+            except SystemdError as exc:
+                self._fail("unit", "systemctl cannot read the unit %s that was to be stopped first (%s); nothing was "
+                           "stopped." % (other, exc))
+            # (a unit systemd does not know has nothing to stop: systemctl stop would fail on it in the window)
+            if props.get("LoadState") not in ("not-found", None, ""):
+                self.result["others"].append({
+                    "unit": other, "was_active": props.get("ActiveState") in RUNNING_STATES,
+                    "was_enabled": props.get("UnitFileState") in ("enabled", "linked", "alias"), "stopped": False})
         if self.link:
             self.result["link_before"] = read_link(self.link)
         if self.vram:
@@ -289,12 +316,24 @@ class Cutover(object):
         self._systemctl("stop", "stop")
         result["stopped"] = True
         phases["stop"] = self._since(mark)
+        if result["others"]:
+            mark = self.clock()
+            for other in result["others"]:
+                try:
+                    run_verb(self.run_command, self.systemctl, "stop", other["unit"])
+                except SystemdError as exc:
+                    self._fail("stop_others", "The other model's unit %s did not stop: %s." % (other["unit"], exc))
+                other["stopped"] = True
+            phases["stop_others"] = self._since(mark)
 
         if self.vram:
             mark = self.clock()
-            result["vram_freed_mib"] = self._wait_gpus("vram_freed", {
-                "count": self.vram.get("count"), "max_used_mib": self.vram.get("stopped_max_used_mib", 1024),
-                "no_processes": True}, self.vram.get("free_timeout", 120))
+            # (the GPUs the unit uses: a model beside it on other GPUs keeps its own)
+            freed = {"count": self.vram.get("count"), "max_used_mib": self.vram.get("stopped_max_used_mib", 1024),
+                     "no_processes": True}
+            if self.vram.get("loaded_gpus") is not None:
+                freed["gpus"] = self.vram["loaded_gpus"]
+            result["vram_freed_mib"] = self._wait_gpus("vram_freed", freed, self.vram.get("free_timeout", 120))
             phases["vram_freed"] = self._since(mark)
         result["stop_seconds"] = self._since(self.t0)
 

@@ -70,6 +70,30 @@ options:
       - Whether to wait for the readiness gate after the start. Without it, the downtime ends at the start.
     type: bool
     default: true
+  stop_units:
+    description:
+      - A model switch. Other units that hold the same GPUs (another model's server, such as
+        V(vllm-kimi-k25.service) when O(unit) is V(vllm-minimax-m25.service)), each stopped right after O(unit) and
+        before the wait for free GPUs. RV(others) says which of them ran and were stopped; a rollback starts those
+        again. Enabling and disabling units at boot is not this module's work (the service role's C(enable) entry
+        point does it once the new unit is proven).
+      - One systemd does not know (LoadState C(not-found)) has nothing to stop and is left out of RV(others); one
+        that systemctl cannot read fails the task before anything is stopped.
+    type: list
+    elements: str
+    default: []
+  serving_from_unit:
+    description:
+      - Take the port and served model name of the readiness gate (its C(--port), C(--served-model-name) or model),
+        its API key (C(--api-key) or C(VLLM_API_KEY)) and a C(--host) that is not a wildcard, and the GPUs and share
+        of their memory of the loaded check, from O(unit)'s own file (its C(ExecStart=) and C(Environment=) lines)
+        instead of O(port), O(served_model_name), O(api_key), O(host) and O(vram)'s C(loaded_*) options. The file
+        must be one the M(gpufleet.vllm.service) role rendered; its drop-ins and C(EnvironmentFile=) are not read (a
+        warning says so). Not with O(base_url).
+      - What the rollback of a model switch uses to start the old model's unit again, whose settings are no longer
+        in the inventory.
+    type: bool
+    default: false
   systemctl_timeout:
     description:
       - The most seconds one C(systemctl stop), C(systemctl start) or C(systemctl daemon-reload) may take. A call
@@ -214,6 +238,21 @@ EXAMPLES = r"""
     unit: vllm-minimax-m25.service
     port: 8001
     completion: false
+
+- name: A model switch - MiniMax-M2.5 replaces Kimi-K2.5 on the same GPUs (its unit rendered before)
+  gpufleet.vllm.vllm_cutover:
+    unit: vllm-minimax-m25.service
+    stop_units: [vllm-kimi-k25.service]
+    port: 8000
+    served_model_name: minimax-m2.5
+  register: switch
+
+- name: Its rollback - the Kimi unit again, as its own file says, the MiniMax unit stopped
+  gpufleet.vllm.vllm_cutover:
+    unit: vllm-kimi-k25.service
+    stop_units: [vllm-minimax-m25.service]
+    serving_from_unit: true
+  when: switch is failed and switch.others | selectattr('stopped') | list | length > 0
 """
 
 RETURN = r"""
@@ -338,9 +377,26 @@ vram_used_mib:
   type: list
   elements: int
   sample: [88098, 88098, 88098, 88098, 88098, 88098, 88098, 88098]
+others:
+  description: The units of O(stop_units), in order, with whether each ran before the cutover and whether it was
+    stopped; a rollback of a model switch starts again those that ran.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    unit:
+      description: The unit.
+      type: str
+    was_active:
+      description: Whether it ran before the cutover.
+      type: bool
+    stopped:
+      description: Whether the cutover stopped it.
+      type: bool
+  sample: [{unit: vllm-kimi-k25.service, was_active: true, stopped: true}]
 failed_step:
-  description: The step that failed (C(unit), C(link), C(nvml), C(stop), C(vram_freed), C(switch), C(start), C(ready),
-    C(vram_loaded)), V(null) on success.
+  description: The step that failed (C(unit), C(link), C(nvml), C(stop), C(stop_others), C(vram_freed), C(switch),
+    C(start), C(ready), C(vram_loaded)), V(null) on success.
   returned: always
   type: str
   sample: ready
@@ -360,12 +416,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, nvml, serving
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, nvml, serving, systemd
 from ansible_collections.gpufleet.vllm.plugins.module_utils.cutover import (
     Cutover,
     CutoverFailed,
     check_link_args,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import (
     SERVER_MUTUALLY_EXCLUSIVE,
     VllmClient,
@@ -417,6 +474,8 @@ def main():
             previous_link_target=dict(type="path"),
             daemon_reload=dict(type="bool", default=False),
             ready=dict(type="bool", default=True),
+            stop_units=dict(type="list", elements="str", default=[]),
+            serving_from_unit=dict(type="bool", default=False),
             systemctl_timeout=dict(type="int", default=300),
             timeout=dict(type="int", default=900),
             interval=dict(type="float", default=1.0),
@@ -456,14 +515,17 @@ def main():
         unit += ".service"
     problems = _bad_numbers(params) + check_link_args(params["link"], params["link_target"], params["previous_link"],
                                                       must_exist=not module.check_mode)
-    client = None
-    if params["ready"]:
+    stop_units = []
+    for index, other in enumerate(params["stop_units"]):
         try:
-            url = make_base_url(host=params["host"], port=params["port"], base_url=params["base_url"])
-            client = VllmClient(url, api_key=params["api_key"], timeout=params["request_timeout"],
-                                validate_certs=params["validate_certs"], max_response_bytes=params["max_response_bytes"])
+            other = systemd.unit_name(other)
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append("stop_units[%d] %s %s" % (index, shown(other), exc))
+            continue
+        if other == unit:
+            problems.append("stop_units[%d] is the unit %s itself" % (index, other))
+        elif other not in stop_units:
+            stop_units.append(other)
     if problems:
         fail(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
 
@@ -472,14 +534,50 @@ def main():
         fail(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
              % unit, failed_step="unit", **untouched)
     limit = params["systemctl_timeout"]
+    read_command = bounded.runner(min(limit, bounded.READ_TIMEOUT))
+    port, served_model_name, vram = params["port"], params["served_model_name"], params["vram"]
+    host, api_key = params["host"], params["api_key"]
+    if params["serving_from_unit"]:
+        if params["base_url"]:
+            fail(msg="Nothing was stopped: serving_from_unit takes the address from the unit's file; leave base_url "
+                     "out (give host for where to reach it).", failed_step="options", **untouched)
+        try:
+            props = systemd.show(read_command, systemctl, unit, ("LoadState", "FragmentPath", "DropInPaths"))
+            rendered = systemd.read_rendered_file(props.get("FragmentPath"))
+            where = serving.endpoint(rendered["argv"], rendered["environment"])
+            config = serving.serving_config(rendered["argv"], rendered["environment"])
+        except (systemd.SystemdError, serving.ServingConfigError) as exc:
+            fail(msg="The serving settings of %s cannot be read from its unit (serving_from_unit): %s; nothing was "
+                     "stopped." % (unit, exc), failed_step="unit", **untouched)
+        if (props.get("DropInPaths") or "").strip() or rendered["environment_files"]:
+            module.warn("%s has drop-ins or an EnvironmentFile= (%s) that were not read: the port, served name and "
+                        "GPUs are those of its unit file." % (unit, " ".join(
+                            [(props.get("DropInPaths") or "").strip()] + rendered["environment_files"]).strip()))
+        port, served_model_name = where["port"], where["served_model_name"]
+        # (an address it listens on only, not a wildcard: reach it there)
+        if where["host"] and where["host"] not in ("0.0.0.0", "::", "[::]"):
+            host = where["host"]
+        api_key = where["api_key"] or api_key
+        if vram:
+            vram = dict(vram, loaded_min_used_mib=None, loaded_gpus=config["gpus"],
+                        loaded_min_used_fraction=config["gpu_memory_utilization"],
+                        loaded_tolerance=serving.DEFAULT_LOADED_TOLERANCE if vram.get("loaded_tolerance") is None
+                        else vram["loaded_tolerance"])
+    client = None
+    if params["ready"]:
+        try:
+            url = make_base_url(host=host, port=port, base_url=params["base_url"])
+            client = VllmClient(url, api_key=api_key, timeout=params["request_timeout"],
+                                validate_certs=params["validate_certs"], max_response_bytes=params["max_response_bytes"])
+        except ValueError as exc:
+            fail(msg="Nothing was stopped: %s." % exc, failed_step="options", **untouched)
     cutover = Cutover(
         bounded.runner(limit), systemctl, module.get_bin_path("journalctl"), unit,
         link=params["link"], link_target=params["link_target"], previous_link=params["previous_link"],
         previous_link_target=params["previous_link_target"], daemon_reload=params["daemon_reload"], client=client,
-        ready=dict(served_model_name=params["served_model_name"], timeout=params["timeout"],
+        ready=dict(served_model_name=served_model_name, timeout=params["timeout"],
                    interval=params["interval"], completion=params["completion"], prompt=params["prompt"]),
-        vram=params["vram"], journal_lines=params["journal_lines"],
-        read_command=bounded.runner(min(limit, bounded.READ_TIMEOUT)))
+        vram=vram, journal_lines=params["journal_lines"], read_command=read_command, stop_units=stop_units)
 
     try:
         cutover.prepare(check_mode=module.check_mode)

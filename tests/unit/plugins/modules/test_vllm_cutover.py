@@ -487,3 +487,183 @@ def test_a_bad_loaded_gate_is_refused_before_the_stop(host, vram, words):
     rc, res = h.run(h.args(vram=dict({"count": 8}, **vram)))
     assert rc == 1 and res["failed_step"] == "options" and not res["stopped"]
     assert res["msg"].startswith("Nothing was stopped: ") and words in res["msg"], res["msg"]
+
+
+# ------------------------------------------------------------- a model switch
+
+OLD = "vllm-old-model.service"
+
+
+def rendered_unit(argv, env):
+    """A unit file as the service role's template writes it (the marker line, the real quoting filters)."""
+    from ansible_collections.gpufleet.vllm.plugins.filter.systemd import systemd_environment, systemd_exec_args
+    return "\n".join(
+        ["# Ansible managed", "# vLLM server for old-model, rendered by the gpufleet.vllm.service role.",
+         "[Unit]", "Description=vLLM", "", "[Service]", "Type=exec"]
+        + systemd_environment(env)
+        + ["ExecStart=" + systemd_exec_args(argv, wrap=True), "", "[Install]", "WantedBy=multi-user.target", ""])
+
+
+def old_model(h, vram_mib="", port=None, fragment=True):
+    """Another model's unit on the same GPUs (its own port and name), from a unit file the role rendered; running."""
+    port = port or free_port()
+    argv = [sys.executable, STANDIN, "serve", str(h.model), "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", "old-model", "--gpu-memory-utilization", "0.5", "--tensor-parallel-size", "8"]
+    env = {"FAKE_NVML_STATE": h.nvml, "VLLM_STANDIN_LOAD_SECONDS": "0.2", "VLLM_STANDIN_RELEASE_SECONDS": "0",
+           "VLLM_STANDIN_VRAM_MIB": vram_mib, "VLLM_STANDIN_VENV": h.link, "VLLM_STANDIN_TTFT_SECONDS": "0.01"}
+    path = h.tmp / "units" / OLD
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(rendered_unit(argv, env))
+    fakesystemd.write_unit(h.state_dir, OLD, argv, env, fragment=str(path) if fragment else None)
+    return port
+
+
+def wait_health(port):
+    import urllib.request
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("the old model's stand-in did not come up")
+
+
+def test_a_model_switch_stops_the_other_model_inside_the_window_and_its_rollback_starts_it_again(host):
+    h = host()
+    old_port = old_model(h)
+    assert h.systemctl("start", OLD).returncode == 0
+    wait_health(old_port)
+    old_pid = int(h.systemctl("show", "--property=MainPID", OLD).stdout.split("=")[1])
+    # the old model holds the GPUs (0.5 x 97,887 MiB); the new unit does not run yet
+    assert vram_used(h.nvml) == [48943] * 8
+
+    rc, res = h.run(h.args(stop_units=[OLD]))
+    assert rc == 0, res["msg"]
+    assert res["others"] == [{"unit": OLD, "was_active": True, "was_enabled": False, "stopped": True}]
+    assert "stop_others" in res["phases"] and res["vram_freed_mib"] == [0] * 8
+    assert not fakesystemd._alive(old_pid)
+    # stop the new unit, then the old model, then start the new one: only the new model serves
+    assert [c.split()[0] + " " + c.split()[-1] for c in h.calls()] == [
+        "start " + OLD, "stop " + UNIT, "stop " + OLD, "start " + UNIT]
+    assert vram_used(h.nvml) == [95000] * 8
+
+    # the way back: the old model's unit again, its port, name and loaded gate from its own file
+    rc, back = h.run({"unit": OLD, "stop_units": [UNIT], "serving_from_unit": True, "link": h.link,
+                      "link_target": h.env_a, "timeout": 30, "interval": 0.1,
+                      "vram": {"count": 8, "free_timeout": 10, "interval": 0.1, "loaded_tolerance": 0.05}})
+    assert rc == 0, back["msg"]
+    assert back["others"] == [{"unit": UNIT, "was_active": True, "was_enabled": False, "stopped": True}]
+    assert back["ready"] is True and back["readiness"]["stages"]["completion"]["passed"] is True
+    assert back["readiness"]["url"] == "http://127.0.0.1:%d" % old_port and back["readiness"]["model"] == "old-model"
+    assert back["version"] == "0.32.0" and "vram_loaded" in back["phases"]
+    assert vram_used(h.nvml) == [48943] * 8 and os.readlink(h.link) == h.env_a
+    assert h.show()["ActiveState"] == "inactive"
+
+
+def test_a_switch_check_mode_names_the_other_model_and_stops_nothing(host):
+    h = host()
+    old_model(h)
+    assert h.systemctl("start", OLD).returncode == 0
+    rc, res = h.run(h.args(stop_units=[OLD]), check=True)
+    assert rc == 0, res["msg"]
+    assert "stop the other model's %s" % OLD in res["msg"]
+    assert res["others"] == [{"unit": OLD, "was_active": True, "was_enabled": False, "stopped": False}]
+    assert [c.split()[0] for c in h.calls()] == ["start"]
+
+
+def test_serving_from_a_unit_the_role_did_not_render_is_refused_before_the_stop(host):
+    h = host()
+    pid = h.start_serving()
+    rc, res = h.run(h.args(serving_from_unit=True))
+    assert rc == 1 and res["failed_step"] == "unit" and not res["stopped"]
+    assert "cannot be read from its unit (serving_from_unit)" in res["msg"]
+    assert "was not rendered by the gpufleet.vllm.service role" in res["msg"]
+    assert int(h.show()["MainPID"]) == pid
+
+
+@pytest.mark.parametrize("units, words", [
+    ([UNIT], "stop_units[0] is the unit %s itself" % UNIT),
+    (["a/b"], "stop_units[0] 'a/b'"),
+    (["vllm@"], "stop_units[0] 'vllm@'"),
+])
+def test_bad_stop_units_are_refused_before_the_stop(host, units, words):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(h.args(stop_units=units))
+    assert rc == 1 and res["failed_step"] == "options" and not res["stopped"]
+    assert words in res["msg"], res["msg"]
+
+
+def test_an_other_unit_systemd_does_not_know_is_left_out_not_stopped(host):
+    # (removed between the listing and the cutover: systemctl stop would fail on it inside the window)
+    h = host()
+    pid = h.start_serving()
+    rc, res = h.run(h.args(stop_units=["vllm-nowhere.service"]))
+    assert rc == 0, res["msg"]
+    assert res["others"] == []
+    assert not any("vllm-nowhere" in call for call in h.calls())
+    assert int(h.show()["MainPID"]) != pid
+
+
+def test_the_other_model_that_does_not_stop_fails_the_window_and_says_what_is_down(host):
+    h = host()
+    old_model(h)
+    assert h.systemctl("start", OLD).returncode == 0
+    h.start_serving()
+    # (the fake systemctl fails a stop of a unit that has a .fail-stop file)
+    with open(os.path.join(h.state_dir, OLD + ".fail-stop"), "w") as f:
+        f.write("Job for %s failed." % OLD)
+    rc, res = h.run(h.args(stop_units=[OLD]))
+    assert rc == 1 and res["failed_step"] == "stop_others", res["msg"]
+    assert res["stopped"] is True and res["others"] == [
+        {"unit": OLD, "was_active": True, "was_enabled": False, "stopped": False}]
+    assert "The other model's unit %s did not stop" % OLD in res["msg"]
+    assert "Now: %s is stopped" % UNIT in res["msg"]
+
+
+def test_a_model_beside_on_other_gpus_keeps_its_memory_and_the_window_waits_only_for_the_units_gpus(host):
+    # the old model serves on GPUs 0-3 (CUDA_VISIBLE_DEVICES, tp 4); the unit restarts on GPUs 4-7
+    h = host(extra_env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
+    port = free_port()
+    argv = [sys.executable, STANDIN, "serve", str(h.model), "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", "beside", "--tensor-parallel-size", "4"]
+    fakesystemd.write_unit(h.state_dir, OLD, argv, {
+        "FAKE_NVML_STATE": h.nvml, "VLLM_STANDIN_LOAD_SECONDS": "0", "VLLM_STANDIN_RELEASE_SECONDS": "0",
+        "VLLM_STANDIN_VRAM_MIB": "60000", "VLLM_STANDIN_VENV": h.link, "CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    assert h.systemctl("start", OLD).returncode == 0
+    wait_health(port)
+    rc, res = h.run(h.args(vram={"count": 8, "loaded_min_used_mib": 90000, "loaded_gpus": [4, 5, 6, 7],
+                                 "free_timeout": 3, "interval": 0.1}))
+    assert rc == 0, res["msg"]
+    assert vram_used(h.nvml)[:4] == [60000] * 4
+    # before: a host-wide wait for free GPUs, which the model beside never gives
+    assert res["phases"]["vram_freed"] < 3
+
+
+def test_the_rollback_of_a_switch_keeps_a_tolerance_when_the_forward_gate_was_a_fixed_figure(host):
+    # service_min_used_mib set: the role gives loaded_min_used_mib and no tolerance; the old unit's own fraction
+    # then gets the module's default 5 %, not 0 (48,943 MiB held against 0.5 x 97,887 = 48,943.5 exactly)
+    # (the role leaves the empty tolerance out: the module refuses a null number)
+    h = host()
+    old_port = old_model(h)
+    rc, back = h.run({"unit": OLD, "serving_from_unit": True, "timeout": 30, "interval": 0.1,
+                      "vram": {"count": 8, "free_timeout": 10, "interval": 0.1, "loaded_min_used_mib": 90000}})
+    assert rc == 0, back["msg"]
+    assert back["readiness"]["url"] == "http://127.0.0.1:%d" % old_port
+
+
+def test_serving_from_unit_takes_the_api_key_and_warns_of_drop_ins_it_did_not_read(host):
+    h = host()
+    old_port = old_model(h)
+    with open(os.path.join(h.state_dir, OLD + ".dropins"), "w") as f:
+        f.write("/etc/systemd/system/%s.d/override.conf" % OLD)
+    rc, back = h.run({"unit": OLD, "serving_from_unit": True, "timeout": 30, "interval": 0.1,
+                      "api_key": "the-new-models-key"})
+    assert rc == 0, back["msg"]
+    assert "has drop-ins or an EnvironmentFile= (/etc/systemd/system/%s.d/override.conf)" % OLD in json.dumps(
+        back.get("warnings")), back.get("warnings")
+    rc, res = h.run({"unit": OLD, "serving_from_unit": True, "base_url": "http://127.0.0.1:%d" % old_port})
+    assert rc == 1 and res["failed_step"] == "options" and "leave base_url out" in res["msg"]
