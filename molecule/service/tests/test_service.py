@@ -181,6 +181,20 @@ def test_state_absent_removed_the_second_unit(host):
     assert http(host, "/health", port=8101)["status"] is None
 
 
+def test_a_model_switch_left_only_the_new_unit_running_then_the_old_again(host):
+    if host.backend.get_hostname() != "service-1":
+        pytest.skip("the model switch runs on service-1")
+    seen = evidence(host, "switch.json")
+    assert seen["switch"]["unit"] == "vllm-switch-probe.service" and seen["switch"]["ready"] is True
+    old, new = seen["after_switch"]
+    # the old model's unit stopped and disabled, the new one running and enabled
+    assert old.split() == ["ActiveState=inactive", "UnitFileState=disabled"], old
+    assert new.split() == ["ActiveState=active", "UnitFileState=enabled"], new
+    # and back: the probe stopped and disabled before the scenario's unit started again
+    assert seen["after_back"].split() == ["ActiveState=inactive", "UnitFileState=disabled"], seen["after_back"]
+    assert not host.file("/etc/systemd/system/vllm-switch-probe.service").exists
+
+
 def test_check_mode_on_a_fresh_unit_changed_nothing(host):
     seen = evidence(host, "check.json")
     assert seen["ansible_check_mode"] is True
@@ -225,3 +239,26 @@ def test_cutover_restarted_onto_the_other_environment_in_one_task(host):
     assert min(there["vram_used_mib"]) == LOADED_MIB and len(there["vram_used_mib"]) == 8
     # the restart back, without a link, switched nothing
     assert back["restarted"] is True and back["switched"] is False and back["link_before"] is None
+
+
+def test_a_failed_model_switch_was_rolled_back_to_the_old_model(host):
+    if host.backend.get_hostname() != "service-1":
+        pytest.skip("the failed model switch runs on service-1")
+    seen = evidence(host, "bad-switch.json")
+    switch, back = seen["switch"], seen["rollback"]
+    # the new model's server never got ready; the cutover had stopped the old model's unit in its window
+    assert switch["failed_step"] == "ready" and switch["unit"] == "vllm-switch-bad.service", switch.get("msg")
+    assert switch["others"] == [{"unit": "vllm-kimi-k25.service", "was_active": True, "was_enabled": True,
+                                 "stopped": True}]
+    # the rollback started the old model's unit again, gated on its own port and name (read from its file)
+    assert back["unit"] == "vllm-kimi-k25.service" and back["state"] == "started" and back["ready"] is True
+    assert back["readiness"]["url"].endswith(":8000") and back["readiness"]["model"] == "kimi-k2.5"
+    assert back["others"] == [{"unit": "vllm-switch-bad.service", "was_active": True, "was_enabled": False,
+                               "stopped": True}]
+    kimi, bad = [dict(line.split("=", 1) for line in text.split()) for text in seen["after"]]
+    assert kimi["ActiveState"] == "active" and kimi["UnitFileState"] == "enabled"
+    assert kimi["MainPID"] != seen["pid_before"]
+    # the failed unit stopped, never enabled; then removed
+    assert bad["ActiveState"] == "inactive" and bad["UnitFileState"] == "disabled"
+    assert not host.file("/etc/systemd/system/vllm-switch-bad.service").exists
+    assert http(host, "/health")["status"] == 200

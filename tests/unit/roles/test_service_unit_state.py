@@ -71,6 +71,28 @@ PLAY = """
     - name: Keep what the stop recorded
       ansible.builtin.set_fact:
         seen: "{{{{ seen | combine({{'unknown': service_result}}) }}}}"
+    # the rollout: its plan renders a new unit in check mode (the facts say it does not exist), the batch
+    # renders it for real and cuts over; the enable step then reads the unit itself
+    - name: Plan a new unit (check mode)
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.service
+        tasks_from: unit.yml
+      vars:
+        fleet_unit_name: vllm-new
+      args:
+        apply:
+          check_mode: true
+    - name: The unit now exists (rendered and started by the batch)
+      ansible.builtin.copy:
+        content: '{{{{ {{"argv": ["/bin/true"]}} | to_json }}}}'
+        dest: "{state}/vllm-new.service.json"
+        mode: "0600"
+    - name: Make it the unit that starts at boot
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.service
+        tasks_from: enable
+      vars:
+        fleet_unit_name: vllm-new
     - name: Write what was seen
       ansible.builtin.copy:
         content: "{{{{ seen | to_json }}}}"
@@ -117,5 +139,10 @@ def test_a_unit_systemd_does_not_know_is_not_stopped(seen):
     assert result["unit"] == "vllm-unknown.service"
     assert result["was_active"] is False and result["stopped"] is False
     # unit_info read the units with systemctl show, even in check mode; nothing was stopped or started
-    assert [c for c in seen["calls"] if not c.startswith("show ")] == ["start %s.service" % UNIT]
+    assert [c for c in seen["calls"] if not c.startswith("show ") and "vllm-new" not in c] == ["start %s.service" % UNIT]
     assert "show vllm-unknown.service" in seen["calls"]
+
+
+def test_the_enable_step_enables_a_unit_the_plan_saw_missing(seen):
+    # (the plan's check-mode read said the unit did not exist; enabling must not rely on it)
+    assert "enable vllm-new.service" in seen["calls"]
