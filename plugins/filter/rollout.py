@@ -50,6 +50,8 @@ def audit_line(row):
             notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
         parts.append(packages + (": " + "; ".join(notes) if notes else ""))
     parts.append("%s %s" % (one_line(row.get("unit", "unit")), one_line(row.get("unit_state", "unknown"))))
+    if row.get("other_units"):
+        parts.append("other vLLM units: %s" % one_line_list(row["other_units"]))
     # every problem, whole: the line is what an operator acts on
     if row.get("health_problems"):
         parts.append("GPU health: %s" % one_line(row.get("gpu_health") or "not healthy"))
@@ -199,6 +201,10 @@ def rollout_needs(plan, target_version=None, unit_changed=False, unit_active=Tru
         needs.append("config (%s)" % one_line_list(row["config_errors"]))
     elif keys and row.get("config_policy") == "strip":
         needs.append("config (%d key%s)" % (keys, "" if keys == 1 else "s"))
+    switch_from = [one_line(line).split(" (", 1)[0] for line in row.get("other_units") or []
+                   if not str(line).startswith("other units not read")]
+    if switch_from:
+        needs.append("model switch (stop %s)" % ", ".join(switch_from))
     if _bool(unit_changed):
         needs.append("unit file")
     if not _bool(unit_active):
@@ -256,7 +262,8 @@ def rollout_failed_hosts(hosts, hostvars):
 
 
 def rollout_cutover_state(service_result):
-    """How far a host got before a failure: was the server stopped, was the link moved.
+    """How far a host got before a failure: was the server stopped, was the link moved, which unit failed and, for a
+    model switch, which other models' units ran before it (``switch_back``: what the rollback starts again).
 
     SERVICE_RESULT is the service role's result when the failure was caught: a cutover's (module
     vllm_cutover) says so with cutover=true, and with state=failed how far it got (a result without
@@ -264,10 +271,16 @@ def rollout_cutover_state(service_result):
     """
     result = service_result if isinstance(service_result, dict) else {}
     if not _bool(result.get("cutover")):
-        return {"stopped": False, "link_moved": False}
-    if result.get("state") == "failed":
-        return {"stopped": _bool(result.get("stopped", True)), "link_moved": _bool(result.get("switched"))}
-    return {"stopped": True, "link_moved": _bool(result.get("switched"))}
+        return {"stopped": False, "link_moved": False, "unit": "", "switch_back": []}
+    stopped = _bool(result.get("stopped", True)) if result.get("state") == "failed" else True
+    # a model switch: the unit did not run, the other models' units that ran before it (the cutover's stop_units)
+    # start again; when the unit itself ran, it is what served and what starts again
+    others = result.get("others") if isinstance(result.get("others"), list) else []
+    switch_back = [str(o.get("unit")) for o in others
+                   if isinstance(o, dict) and o.get("unit") and _bool(o.get("was_active"))] if (
+        stopped and not _bool(result.get("was_active"))) else []
+    return {"stopped": stopped, "link_moved": _bool(result.get("switched")), "unit": str(result.get("unit") or ""),
+            "switch_back": switch_back}
 
 
 def _fate(facts):
@@ -399,6 +412,10 @@ def rollout_row(host, facts):
         "build_tried": tried,
         "pristine_tried": integrity.get("pristine") if tried and integrity else None,
         "serving_env": (service.get("link_after") if rolled_back else cutover.get("link_after")) or plan_row.get("environment") or "",
+        # a model switch: the other models' units the cutover stopped (a rolled-back host serves them again)
+        "switched_from": [] if rolled_back else [
+            str(o.get("unit")) for o in cutover.get("others") or [] if isinstance(o, dict) and o.get("was_active")
+            and o.get("stopped")],
         "downtime_s": _num_or_none(cutover.get("downtime_seconds")),
         "load_s": _num_or_none(cutover.get("load_seconds")),
         "artifacts_removed": dumps.get("count") if done and dumps else None,

@@ -70,7 +70,13 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
     DIFF_MAX_TOTAL,
     diff_modified,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import SystemdError, show
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    SystemdError,
+    managed_units,
+    others_to_stop,
+    show,
+    unit_name,
+)
 
 DRIFT_CLASSES = ("integrity", "build", "packages", "config", "dumps", "unit", "gpus", "health")
 # the properties of the unit a drift row keeps (module_utils/systemd.py reads them)
@@ -204,6 +210,26 @@ def integrity_text(result, problem=None):
     return text
 
 
+def other_units(run_command, systemctl, unit_dir, unit, deadline=None):
+    """The units the service role rendered in UNIT_DIR, other than UNIT, that run or are enabled and may share a GPU
+    with UNIT: (one line each,
+    "vllm-kimi-k25.service (active, enabled)", or the one sentence of why they could not be read; the MainPIDs of
+    those that run: their processes on the GPUs are the old model's, not a stranger's)."""
+    if deadline is not None and deadline.passed():
+        return ["other units not read: %s" % deadline.message("the other units were read")], []
+    try:
+        keep = unit_name(unit) if unit else unit
+    except ValueError:
+        keep = unit
+    try:
+        found = managed_units(run_command, systemctl, unit_dir, keep=keep)
+    except SystemdError as exc:
+        return ["other units not read: %s" % _clip(str(exc), 600)], []
+    others = others_to_stop(found)[:LIST_MAX]
+    return (["%s (%s, %s)" % (u["unit"], u["active_state"] or "?", u["unit_file_state"] or "?") for u in others],
+            [u["main_pid"] for u in others if isinstance(u["main_pid"], int) and u["main_pid"] > 0])
+
+
 def read_unit(run_command, systemctl, unit):
     """The unit's state from ``systemctl show`` (module_utils/systemd.py): a dict with ``unit`` and the
     UNIT_PROPERTIES read (MainPID a number), or ``unit`` and ``error``, the sentence of why it was not read."""
@@ -299,9 +325,9 @@ def read_gpus(expect=None, venvs=(), call_timeout=60):
 HEALTH_LINES = 12
 
 
-def read_health(thresholds=None, main_pid=None, venvs=(), call_timeout=60, proc_root="/proc"):
-    """The GPUs' health (gpuhealth.check_bounded) with THRESHOLDS (defaults filled in), the unit's MAIN_PID and its
-    descendants allowed on the GPUs; the same pynvml as read_gpus. Adds ``pynvml_from``; ``problems`` as the
+def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_root="/proc"):
+    """The GPUs' health (gpuhealth.check_bounded) with THRESHOLDS (defaults filled in), the MAIN_PIDS (the units'
+    MainPIDs) and their descendants allowed on the GPUs; the same pynvml as read_gpus. Adds ``pynvml_from``; ``problems`` as the
     gpu_health module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
     effective = gpuhealth.effective_thresholds(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
     try:
@@ -310,7 +336,9 @@ def read_health(thresholds=None, main_pid=None, venvs=(), call_timeout=60, proc_
         result = gpuhealth.unavailable(effective, exc)
         result["pynvml_from"] = None
     else:
-        allowed = gpuhealth.allowed_pids([], main_pid or None, proc_root=proc_root) if main_pid else set()
+        allowed = set()
+        for pid in main_pids or ():
+            allowed |= gpuhealth.allowed_pids([], pid, proc_root=proc_root)
         result = gpuhealth.check_bounded(effective, allowed, call_timeout, pynvml=pynvml)
         result["pynvml_from"] = where
     lines = compact_mismatches(result.get("problems") or [])
@@ -395,7 +423,7 @@ def judge(integrity, configs_present, config_errors, strip, dumps, unit, gpus, e
         drift.append("config")
     if dumps["count"] or dumps.get("error"):
         drift.append("dumps")
-    if unit.get("unit") and unit.get("ActiveState") != "active":
+    if unit.get("unit") and unit.get("ActiveState") != "active" or unit.get("others"):
         drift.append("unit")
     if not gpus.get("nvml_available") or (expectation_given(expect or {}) and gpus.get("mismatches")):
         drift.append("gpus")
@@ -424,7 +452,8 @@ def _not_done(part, why):
 def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_list=10, model_dirs=(),
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
            nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
-           expected_fingerprint=None, accept_not_pristine=(), health=None, config_builds=None, config_build=None):
+           expected_fingerprint=None, accept_not_pristine=(), health=None, config_builds=None, config_build=None,
+           unit_dir=None):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -442,7 +471,10 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
     diffs of the changed files are made last, with what is left of the
     time, and are no drift class of their own.  ``health``: the GPU health
     thresholds (gpuhealth's, a dict; None: health not checked), judged with
-    the unit's MainPID and its descendants allowed on the GPUs.
+    the unit's MainPID and its descendants allowed on the GPUs.  ``unit_dir``:
+    where the service role renders its units; the others it rendered there
+    that run or are enabled (another model's, after a switch) are drift
+    ``unit`` (row ``other_units``).
     """
     deadline = deadline or OverallDeadline(600)
     if run_command is None:
@@ -486,6 +518,9 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         not_done.append(_not_done("unit", unit_state["error"]))
     else:
         unit_state = read_unit(run_command, systemctl, unit)
+    other_pids = []
+    if unit_dir and systemctl:
+        unit_state["others"], other_pids = other_units(run_command, systemctl, unit_dir, unit, deadline)
     venvs = [v for v in [env] + list(nvml_venvs or ()) if v]
     if deadline.passed():
         why = "NVML not read: %s" % deadline.message("the GPUs were read")
@@ -506,7 +541,8 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
             not_done.append(_not_done("health", why))
         else:
             main_pid = unit_state.get("MainPID") if isinstance(unit_state.get("MainPID"), int) else 0
-            health_result = read_health(health, main_pid if main_pid > 0 else None, venvs,
+            # (the unit's processes, and those of the other models' units a switch will stop)
+            health_result = read_health(health, [pid for pid in [main_pid] + other_pids if pid > 0], venvs,
                                         call_timeout=max(0.1, min(60.0, deadline.left())))
             if not health_result.get("nvml_available") and not gpus.get("nvml_available"):
                 # NVML is not usable at all: the row's gpu_problems say it once (drift class gpus)
@@ -540,6 +576,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
         "dumps": dump_scan["count"],
         "dumps_bytes": dump_scan["bytes_human"],
         "unit": unit or "",
+        "other_units": list(unit_state.get("others") or []),
         "unit_state": unit_state.get("ActiveState") or (
             "unknown (%s)" % unit_state["error"] if " did not answer within " in unit_state.get("error", "")
             or unit_state.get("error", "").startswith("not read: ") else "unknown"),

@@ -278,6 +278,8 @@ def host_line(row):
                                      " (NOT pristine)" if row.get("pristine_tried") is False else ""))
     if row.get("pristine_before") is False:
         parts.append("was NOT pristine")
+    if row.get("switched_from"):
+        parts.append("model switch from %s" % one_line_list(row["switched_from"]))
     downtime = _num(row.get("downtime_s"), "%.1f")
     if downtime is not None:
         parts.append("downtime %s s" % downtime)

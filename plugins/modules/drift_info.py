@@ -207,6 +207,13 @@ options:
         V(unit) drift.
       - Left out, the unit is neither read nor judged.
     type: str
+  unit_dir:
+    description:
+      - Where the M(gpufleet.vllm.service) role renders its units (the fleet's C(fleet_unit_dir)). The other units it
+        rendered there, other than O(unit), that run or are enabled at boot (another model's, after a model switch)
+        are V(unit) drift, listed in RV(row.other_units).
+      - Left out, they are not looked for.
+    type: path
   nvml_venvs:
     description:
       - Other venvs whose nvidia-ml-py (C(pynvml.py)) may be used when the interpreter running the module cannot
@@ -454,6 +461,12 @@ row:
     vram_used_mib:
       description: The memory in use over all GPUs, in MiB; V(null) when NVML is not usable.
       type: int
+    other_units:
+      description: With O(unit_dir), the other units the service role rendered that run or are enabled, one line
+        each with their C(ActiveState) and C(UnitFileState); or why they could not be read.
+      type: list
+      elements: str
+      sample: ["vllm-kimi-k25.service (active, enabled)"]
     gpu_problems:
       description: The NVML error, or one line per GPU that does not meet O(expect).
       type: list
@@ -725,6 +738,7 @@ def main():
             artifact_timeout=dict(type="int", default=300),
             timeout=dict(type="int", default=600),
             unit=dict(type="str"),
+            unit_dir=dict(type="path"),
             expect=expect_argument_spec(),
             nvml_venvs=dict(type="list", elements="path", default=[]),
             health=dict(type="bool", default=False),
@@ -789,7 +803,7 @@ def main():
 
     try:
         result = gather(
-            runner(READ_TIMEOUT, deadline=deadline), module.get_bin_path("systemctl") if params["unit"] else None,
+            runner(READ_TIMEOUT, deadline=deadline), module.get_bin_path("systemctl") if params["unit"] or params["unit_dir"] else None,
             link=params["venv_link"], venv=params["venv"], dist_name=params["name"], max_list=params["max_list"],
             model_dirs=params["model_dirs"], model_files=model_files, symlinks=params["model_symlinks"],
             config_policy=params["config_policy"], config_builds=params["config_builds"],
@@ -797,7 +811,7 @@ def main():
             dumps=dict(paths=paths, patterns=params["artifact_patterns"], recursive=params["artifact_recursive"],
                        max_depth=params["artifact_max_depth"], symlinks=params["artifact_symlinks"], min_age=min_age,
                        max_entries=params["artifact_max_entries"], timeout=params["artifact_timeout"]),
-            unit=params["unit"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
+            unit=params["unit"], unit_dir=params["unit_dir"], expect=params["expect"] or {}, nvml_venvs=params["nvml_venvs"],
             expected_version=params["expected_version"], deadline=deadline,
             expected_packages=params["expected_packages"], expected_fingerprint=params["expected_fingerprint"],
             accept_not_pristine=params["accept_not_pristine"],

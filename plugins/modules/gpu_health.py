@@ -104,6 +104,13 @@ options:
       - A process id, such as the C(MainPID) of the vLLM unit, that may use the GPUs together with all its descendants
         (vLLM's workers are its children), read from C(/proc) in one bounded walk. V(0) or unset - none.
     type: int
+  allowed_parent_pids:
+    description:
+      - More process ids like O(allowed_parent_pid), each with its descendants; for example the C(MainPID) of another
+        model's unit that a model switch stops next. V(0) entries are ignored.
+    type: list
+    elements: int
+    default: []
   fail_when_unhealthy:
     description:
       - If V(true), the task fails when any GPU has a problem or NVML cannot be used, with every problem in the
@@ -334,6 +341,7 @@ def main():
             thresholds=thresholds_argument_spec(),
             allowed_pids=dict(type="list", elements="int", default=[]),
             allowed_parent_pid=dict(type="int"),
+            allowed_parent_pids=dict(type="list", elements="int", default=[]),
             fail_when_unhealthy=dict(type="bool", default=True),
             call_timeout=dict(type="int", default=60),
             register_facts=dict(type="bool", default=False),
@@ -342,8 +350,14 @@ def main():
     )
     params = module.params
     thresholds = dict((k, v) for k, v in (params["thresholds"] or {}).items() if v is not None)
-    parent = params["allowed_parent_pid"] or None
-    problems = validate_thresholds(thresholds, params["allowed_pids"], parent)
+    problems = validate_thresholds(thresholds, params["allowed_pids"], params["allowed_parent_pid"] or None)
+    parents = [params["allowed_parent_pid"]] if params["allowed_parent_pid"] else []
+    for index, pid in enumerate(params["allowed_parent_pids"]):
+        if pid and not 1 <= pid <= 4194304:
+            problems.append("allowed_parent_pids[%d] must be a process id from 1 to 4194304 (such as the MainPID of "
+                            "a vLLM unit), or 0 for none; got %r" % (index, pid))
+        elif pid and pid not in parents:
+            parents.append(pid)
     if params["call_timeout"] < 1:
         problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
     if problems:
@@ -351,11 +365,15 @@ def main():
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
     effective = effective_thresholds(thresholds)
-    allowed = allowed_pids(params["allowed_pids"], parent)
+    allowed = set(allowed_pids(params["allowed_pids"], None))
+    for parent in parents:
+        allowed |= allowed_pids([], parent)
     result = check_bounded(effective, allowed, params["call_timeout"])
-    if parent and parent not in allowed:
-        result["notes"].append("allowed_parent_pid %d is not a running process (a stale MainPID?): no process was "
-                               "allowed through it" % parent)
+    for parent in parents:
+        if parent not in allowed:
+            result["notes"].append("%s %d is not a running process (a stale MainPID?): no process was allowed "
+                                   "through it" % ("allowed_parent_pid" if parent == params["allowed_parent_pid"]
+                                                   else "allowed_parent_pids entry", parent))
     result["check_mode"] = module.check_mode
     if params["register_facts"]:
         result["ansible_facts"] = {"gpufleet_gpu_health": dict(

@@ -148,7 +148,30 @@ CUTOVER = [
 
 @pytest.mark.parametrize("case, result, expected", CUTOVER, ids=[case[0] for case in CUTOVER])
 def test_how_far_a_failed_host_got(case, result, expected):
-    assert rollout_cutover_state(result) == expected
+    got = rollout_cutover_state(result)
+    assert dict((key, got[key]) for key in expected) == expected
+    assert got["switch_back"] == []
+
+
+SWITCH = {"cutover": True, "state": "failed", "unit": "vllm-minimax-m25.service", "stopped": True, "switched": True,
+          "was_active": False,
+          "others": [{"unit": "vllm-kimi-k25.service", "was_active": True, "stopped": True},
+                     {"unit": "vllm-old.service", "was_active": False, "stopped": True},
+                     {"unit": "vllm-other.service", "was_active": True, "stopped": False}, "junk", {"unit": None}]}
+
+
+def test_a_failed_model_switch_goes_back_to_the_units_that_ran_before_it():
+    assert rollout_cutover_state(SWITCH) == {
+        "stopped": True, "link_moved": True, "unit": "vllm-minimax-m25.service",
+        # (one the cutover failed to stop ran and may still run: the rollback stops and starts it through its gates)
+        "switch_back": ["vllm-kimi-k25.service", "vllm-other.service"]}
+    # the unit itself served (a build update; another unit on its GPUs was only in the way): it is what comes back
+    assert rollout_cutover_state(dict(SWITCH, was_active=True))["switch_back"] == []
+    # (a cutover that did not answer: what ran is not known, the unit comes back)
+    assert rollout_cutover_state(dict(SWITCH, was_active=None, others=[]))["switch_back"] == []
+    # a switch that failed before anything was stopped has nothing to go back to
+    assert rollout_cutover_state(dict(SWITCH, stopped=False))["switch_back"] == []
+    assert rollout_cutover_state(dict(SWITCH, others="x"))["switch_back"] == []
 
 
 def test_kv_cache_policy_is_the_roles_decision():
@@ -309,3 +332,14 @@ def test_a_host_whose_rollback_failed_serves_nothing_and_one_failed_before_its_s
     # proven, then not put back at the balancer (no rollback): it serves the build it was updated to
     proven = rollout_rows(["x"], {"x": dict(HOSTVARS["gpu-a01"], rollout_failed=True, rollout_cutover=FORWARD)})[0]
     assert (proven["status"], proven["build_after"], proven["build_tried"]) == ("FAILED", "0.33.0", "")
+
+
+def test_a_model_switch_is_named_in_the_row_and_its_line_unless_rolled_back():
+    others = [{"unit": "vllm-kimi-k25.service", "was_active": True, "stopped": True},
+              {"unit": "vllm-spare.service", "was_active": False, "stopped": True}]
+    updated = dict(HOSTVARS["gpu-a01"], service_result=dict(HOSTVARS["gpu-a01"]["service_result"], others=others))
+    rolled = dict(HOSTVARS["gpu-a02"], rollout_cutover=dict(HOSTVARS["gpu-a02"]["rollout_cutover"], others=others))
+    rows = rollout_rows(["a", "b"], {"a": updated, "b": rolled})
+    assert rows[0]["switched_from"] == ["vllm-kimi-k25.service"]
+    assert "model switch from vllm-kimi-k25.service, downtime" in rollout_line(rows[0])
+    assert rows[1]["status"] == "FAILED, rolled back" and rows[1]["switched_from"] == []

@@ -100,3 +100,15 @@ def test_markdown_text_shows_a_hostile_process_name_as_text():
     # (escaped: Markdown shows the characters, makes no tag or link of them)
     assert "\x1b" not in shown and "\n" not in shown
     assert "\\<img src=x onerror=alert(1)\\>" in shown and "\\[x\\](http://e)" in shown and "\\x1b" in shown
+
+
+def test_another_models_unit_that_runs_is_a_model_switch_the_plan_names():
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_needs
+    plan = {"row": dict(ROW, other_units=["vllm-kimi-k25.service (active, enabled)"]), "drift": ["unit"]}
+    assert rollout_needs(plan, unit_active=False) == [
+        "model switch (stop vllm-kimi-k25.service)", "start (unit not running)"]
+    unread = {"row": dict(ROW, other_units=["other units not read: systemctl show x failed"]), "drift": ["unit"]}
+    assert rollout_needs(unread) == []
+    line = audit_line({"host": "h", "drift": ["unit"], "unit": "vllm-minimax-m25.service", "unit_state": "active",
+                       "other_units": ["vllm-kimi-k25.service (inactive, enabled)"]})
+    assert "vllm-minimax-m25.service active, other vLLM units: vllm-kimi-k25.service (inactive, enabled)" in line

@@ -521,3 +521,50 @@ def test_bad_health_thresholds_are_refused_before_anything_is_read(host, thresho
     assert rc == 1 and res["failed"] is True
     assert words in res["msg"], res["msg"]
     assert "row" not in res
+
+
+# ------------------------------------------------------------------ other models' units (unit_dir)
+
+
+def test_another_models_unit_that_runs_or_is_enabled_is_unit_drift(host, tmp_path):
+    units = tmp_path / "units"
+    units.mkdir()
+    marked = "# vLLM server for %s, rendered by the gpufleet.vllm.service role.\n[Unit]\n"
+    for name in (UNIT, "vllm-old.service", "vllm-spare.service"):
+        (units / name).write_text(marked % name)
+        fakesystemd.write_unit(host.state_dir, name, [sys.executable, "-c", "import time; time.sleep(600)"])
+    assert host.systemctl("enable", "vllm-old.service").returncode == 0
+    rc, res = host.run(host.args(unit_dir=str(units)))
+    assert rc == 0, res
+    assert res["row"]["other_units"] == ["vllm-old.service (inactive, enabled)"]
+    assert "unit" in res["row"]["drift"]
+    assert host.systemctl("disable", "vllm-old.service").returncode == 0
+    rc, res = host.run(host.args(unit_dir=str(units)))
+    assert res["row"]["other_units"] == [] and "unit" not in res["row"]["drift"]
+    # the host's own unit named without .service is still its own, not another model's
+    assert host.systemctl("enable", "--", UNIT).returncode == 0
+    rc, res = host.run(host.args(unit_dir=str(units), unit=UNIT[:-len(".service")]))
+    assert rc == 0, res
+    # (systemctl adds .service itself; the small fake systemd here does not, hence no ActiveState check)
+    assert res["row"]["other_units"] == []
+
+
+def test_the_old_models_processes_on_the_gpus_are_not_a_strangers_during_a_switch(host, tmp_path):
+    # a switch to UNIT (not running yet) from vllm-old, which runs and holds the GPUs
+    units = tmp_path / "units"
+    units.mkdir()
+    marked = "# vLLM server for %s, rendered by the gpufleet.vllm.service role.\n[Unit]\n"
+    for name in (UNIT, "vllm-old.service"):
+        (units / name).write_text(marked % name)
+    fakesystemd.write_unit(host.state_dir, "vllm-old.service", [sys.executable, "-c", "import time; time.sleep(600)"])
+    assert host.systemctl("stop", "--", UNIT).returncode == 0
+    assert host.systemctl("start", "vllm-old.service").returncode == 0
+    try:
+        old_pid = int(host.systemctl("show", "--property=MainPID", "vllm-old.service").stdout.split("=")[1])
+        nvml_state.claim(old_pid, 88098, path=host.nvml)
+        rc, res = host.run(host.args(unit_dir=str(units), health=True))
+    finally:
+        host.systemctl("stop", "vllm-old.service")
+    assert rc == 0, res
+    assert res["row"]["other_units"] == ["vllm-old.service (active, disabled)"]
+    assert res["row"]["health_problems"] == [] and res["health"]["healthy"] is True

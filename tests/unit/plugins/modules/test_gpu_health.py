@@ -230,6 +230,29 @@ def test_descendants_of_the_allowed_parent_are_allowed(lib_dir, state_file):
             proc.wait()
 
 
+def test_more_allowed_parents_each_allow_their_family(lib_dir, state_file):
+    # a model switch: the unit's MainPID and the other model's, stopped next
+    holder = spawn_holder()
+    other = spawn_holder()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        state.claim(holder.pid, 90000, [3], state_file)
+        state.claim(other.pid, 90000, [4], state_file)
+        rc, res = run_module({"allowed_parent_pid": holder.pid}, state_file, lib_dir)
+        problems = " ".join(res["problems"])
+        assert rc == 1 and "pid %d" % other.pid in problems and "pid %d" % holder.pid not in problems
+        rc, res = run_module({"allowed_parent_pid": holder.pid, "allowed_parent_pids": [other.pid, 0, gone.pid]},
+                             state_file, lib_dir)
+        assert rc == 0 and res["healthy"] is True, res.get("msg")
+        assert res["notes"] == ["allowed_parent_pids entry %d is not a running process (a stale MainPID?): no "
+                                "process was allowed through it" % gone.pid]
+    finally:
+        for proc in (holder, other):
+            proc.kill()
+            proc.wait()
+
+
 def test_allowed_parent_not_running_is_noted(lib_dir, state_file):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -319,6 +342,7 @@ def test_same_problem_on_every_gpu_is_one_line(lib_dir, state_file):
                                                            "'hw_slowdwn'; known: gpu_idle,"),
     ({"allowed_pids": [0]}, "allowed_pids must be process ids from 1 to 4194304; got 0"),
     ({"allowed_parent_pid": -4}, "allowed_parent_pid must be a process id from 1 to 4194304"),
+    ({"allowed_parent_pids": [5, -4]}, "allowed_parent_pids[1] must be a process id from 1 to 4194304"),
     ({"call_timeout": 0}, "call_timeout must be at least 1 second; got 0"),
 ])
 def test_bad_options_are_refused(lib_dir, state_file, args, text):
