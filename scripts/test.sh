@@ -8,7 +8,9 @@
 #   stages: unit lint sanity build molecule
 # MOLECULE_SCENARIOS="default cleanup" limits the molecule stage;
 # GPUFLEET_UNIT_WORKERS=N runs the unit tests in N processes (default: one
-# per core; 0: in pytest's own process).
+# per core; 0: in pytest's own process); GPUFLEET_MOLECULE_LANES=1 runs the
+# molecule scenarios one after the other (default 2: the rollout scenario
+# beside the others).
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -83,6 +85,38 @@ stage_build() {
   test -s "$REPO_ROOT/.cache/ee-context/Containerfile"
 }
 
+# One molecule scenario, its output to LOG (or the terminal when LOG is -);
+# its line for the summary goes to TIMES.
+run_scenario() {
+  local s="$1" out="$2" times="$3" t0 src
+  t0=$(now)
+  # molecule's idempotence step and the rollout scenario read the default
+  # callback's output, whatever a developer exported for their own runs
+  if [[ "$out" == - ]]; then
+    if env -u ANSIBLE_STDOUT_CALLBACK molecule test -s "$s"; then src=ok; else src=FAILED; fi
+  else
+    if env -u ANSIBLE_STDOUT_CALLBACK molecule test -s "$s" >"$out" 2>&1 </dev/null; then src=ok; else src=FAILED; fi
+  fi
+  printf '  %-16s %-6s %5ss\n' "$s" "$src" "$(( $(now) - t0 ))" >>"$times"
+  [[ $src == ok ]]
+}
+
+# A lane: its scenarios one after the other, each one's output printed whole
+# once it is done (one at a time: the lanes share the terminal).
+run_lane() {
+  local dir="$1"; shift
+  local s rc=0
+  for s in "$@"; do
+    if ! run_scenario "$s" "$dir/$s.log" "$dir/$s.time"; then rc=1; fi
+    {
+      flock 9
+      log "molecule test -s $s: $(awk '{print $2 ", " $3}' "$dir/$s.time")"
+      cat "$dir/$s.log"
+    } 9>"$dir/print.lock"
+  done
+  return $rc
+}
+
 stage_molecule() {
   local scenarios=()
   read -ra scenarios <<<"${MOLECULE_SCENARIOS:-}"
@@ -90,21 +124,67 @@ stage_molecule() {
     mapfile -t scenarios < <(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml \
                              -printf '%h\n' | xargs -n1 basename | sort)
   fi
-  local s rc=0 t0 src
+  local s rc=0 dir
+  dir="$(mktemp -d)"
+  # Two lanes (GPUFLEET_MOLECULE_LANES=2, the default): the rollout scenario,
+  # the longest, which waits on its hosts about half of the time, beside the
+  # others one after the other. It gets a package index of its own (it
+  # publishes a newer build in the middle of its rollouts, which another
+  # scenario resolving the newest build must not see): a hard-linked copy of
+  # the index directory, served on the next port. GPUFLEET_MOLECULE_LANES=1
+  # runs every scenario one after the other.
+  local alone=() others=()
+  for s in "${scenarios[@]}"; do
+    if [[ "$s" == rollout && "${GPUFLEET_MOLECULE_LANES:-2}" == 2 ]]; then alone+=("$s"); else others+=("$s"); fi
+  done
+  ((${#others[@]})) || { others=("${alone[@]}"); alone=(); }
   # the fleet's package index (scripts/index.sh): up for the scenarios, down
   # after them, also when one fails or the run is interrupted
   "$REPO_ROOT/scripts/index.sh" up || return 1
-  trap '"$REPO_ROOT/scripts/index.sh" down' EXIT
-  for s in "${scenarios[@]}"; do
-    log "molecule test -s $s"
+  trap '"$REPO_ROOT/scripts/index.sh" down; [[ -z "${LANE_INDEX_DIR:-}" ]] || GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT" "$REPO_ROOT/scripts/index.sh" down' EXIT
+  if ((${#alone[@]} == 0)); then
+    for s in "${others[@]}"; do
+      log "molecule test -s $s"
+      run_scenario "$s" - "$dir/$s.time" || rc=1
+    done
+  else
+    LANE_INDEX_DIR="$GPUFLEET_INDEX_DIR-lane"
+    LANE_INDEX_PORT=$((GPUFLEET_INDEX_PORT + 1))
+    rm -rf "$LANE_INDEX_DIR"
+    cp -al "$GPUFLEET_INDEX_DIR" "$LANE_INDEX_DIR"
+    rm -rf "$LANE_INDEX_DIR/run"
+    GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT" GPUFLEET_INDEX_URL= \
+      "$REPO_ROOT/scripts/index.sh" up || return 1
+    log "molecule: ${alone[*]} beside ${others[*]} (two lanes; each scenario's output follows once it is done)"
+    local pids=() t0 elapsed
     t0=$(now)
-    # molecule's idempotence step and the rollout scenario read the default
-    # callback's output, whatever a developer exported for their own runs
-    if env -u ANSIBLE_STDOUT_CALLBACK molecule test -s "$s"; then src=ok; else src=FAILED; rc=1; fi
-    SCENARIO_TIMES+=("$(printf '  %-16s %-6s %5ss' "$s" "$src" "$(( $(now) - t0 ))")")
-  done
+    (GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT"
+     GPUFLEET_INDEX_URL="http://$GPUFLEET_INDEX_ADDR:$LANE_INDEX_PORT/simple/"
+     export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_URL
+     run_lane "$dir" "${alone[@]}") &
+    pids+=($!)
+    (run_lane "$dir" "${others[@]}") &
+    pids+=($!)
+    # a line a minute while both lanes run, so a quiet terminal is not a hung one
+    while kill -0 "${pids[0]}" 2>/dev/null || kill -0 "${pids[1]}" 2>/dev/null; do
+      sleep 5
+      elapsed=$(( $(now) - t0 ))
+      if (( elapsed % 60 < 5 )); then
+        local done_list
+        done_list="$(cd "$dir" && ls -- *.time 2>/dev/null | sed 's/\.time$//' | tr '\n' ' ')"
+        (flock 9; log "molecule: $((elapsed / 60)) min; done: ${done_list:-none}") 9>"$dir/print.lock"
+      fi
+    done
+    for s in "${pids[@]}"; do wait "$s" || rc=1; done
+    GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT" "$REPO_ROOT/scripts/index.sh" down
+    rm -rf "$LANE_INDEX_DIR"
+  fi
   "$REPO_ROOT/scripts/index.sh" down
   trap - EXIT
+  for s in "${scenarios[@]}"; do
+    [[ -f "$dir/$s.time" ]] && SCENARIO_TIMES+=("$(cat "$dir/$s.time")")
+  done
+  rm -rf "$dir"
   return $rc
 }
 
