@@ -153,13 +153,13 @@ stage_molecule() {
     rm -rf "$LANE_INDEX_DIR"
     cp -al "$GPUFLEET_INDEX_DIR" "$LANE_INDEX_DIR"
     rm -rf "$LANE_INDEX_DIR/run"
-    GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT" GPUFLEET_INDEX_URL= \
+    GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT" GPUFLEET_INDEX_URL='' \
       "$REPO_ROOT/scripts/index.sh" up || return 1
     log "molecule: ${alone[*]} beside ${others[*]} (two lanes; each scenario's output follows once it is done)"
     local pids=() t0 elapsed
     t0=$(now)
     (GPUFLEET_INDEX_DIR="$LANE_INDEX_DIR" GPUFLEET_INDEX_PORT="$LANE_INDEX_PORT"
-     GPUFLEET_INDEX_URL="http://$GPUFLEET_INDEX_ADDR:$LANE_INDEX_PORT/simple/"
+     GPUFLEET_INDEX_URL="$(GPUFLEET_INDEX_URL='' "$REPO_ROOT/scripts/index.sh" url)"
      export GPUFLEET_INDEX_DIR GPUFLEET_INDEX_PORT GPUFLEET_INDEX_URL
      run_lane "$dir" "${alone[@]}") &
     pids+=($!)
@@ -170,8 +170,10 @@ stage_molecule() {
       sleep 5
       elapsed=$(( $(now) - t0 ))
       if (( elapsed % 60 < 5 )); then
-        local done_list
-        done_list="$(cd "$dir" && ls -- *.time 2>/dev/null | sed 's/\.time$//' | tr '\n' ' ')"
+        local f done_list=""
+        for f in "$dir"/*.time; do
+          [[ -e "$f" ]] && done_list+="$(basename "$f" .time) "
+        done
         (flock 9; log "molecule: $((elapsed / 60)) min; done: ${done_list:-none}") 9>"$dir/print.lock"
       fi
     done
