@@ -33,6 +33,7 @@ import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    ENABLED_STATES,
     RUNNING_STATES,
     SystemdError,
     journal_tail,
@@ -291,7 +292,7 @@ class Cutover(object):
             if props.get("LoadState") not in ("not-found", None, ""):
                 self.result["others"].append({
                     "unit": other, "was_active": props.get("ActiveState") in RUNNING_STATES,
-                    "was_enabled": props.get("UnitFileState") in ("enabled", "linked", "alias"), "stopped": False})
+                    "was_enabled": props.get("UnitFileState") in ENABLED_STATES, "stopped": False})
         if self.link:
             self.result["link_before"] = read_link(self.link)
         if self.vram:

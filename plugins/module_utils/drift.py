@@ -75,7 +75,6 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
     managed_units,
     others_to_stop,
     show,
-    unit_name,
 )
 
 DRIFT_CLASSES = ("integrity", "build", "packages", "config", "dumps", "unit", "gpus", "health")
@@ -218,11 +217,7 @@ def other_units(run_command, systemctl, unit_dir, unit, deadline=None):
     if deadline is not None and deadline.passed():
         return ["other units not read: %s" % deadline.message("the other units were read")], []
     try:
-        keep = unit_name(unit) if unit else unit
-    except ValueError:
-        keep = unit
-    try:
-        found = managed_units(run_command, systemctl, unit_dir, keep=keep)
+        found = managed_units(run_command, systemctl, unit_dir, keep=unit)
     except SystemdError as exc:
         return ["other units not read: %s" % _clip(str(exc), 600)], []
     others = others_to_stop(found)[:LIST_MAX]

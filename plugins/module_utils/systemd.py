@@ -327,7 +327,7 @@ MANAGED_MAX_ENTRIES = 4096
 MANAGED_READ_BYTES = 64 * 1024
 #: The UnitFileState values of a unit that starts at the next boot. The -runtime forms live under /run and are gone
 #: after a reboot; ``systemctl disable`` does not remove them (it needs --runtime), so they are not counted.
-_MANAGED_ENABLED = ("enabled", "linked", "alias")
+ENABLED_STATES = ("enabled", "linked", "alias")
 
 
 def _marked(head, marker):
@@ -583,6 +583,12 @@ def managed_units(run_command, systemctl, unit_dir, keep=None, **limits):
     ``sub_state``, ``unit_file_state``, ``main_pid``, ``active``, ``enabled``, ``gpus`` (None: not known, with
     ``gpus_unknown`` saying why), ``other``: not KEEP, and ``shares_gpus``: may use a GPU KEEP's server takes (KEEP's
     GPUs unknown, or KEEP not rendered here: any GPU)). Raises SystemdError."""
+    if keep:
+        # (vllm-kimi-k25 is vllm-kimi-k25.service, as systemctl reads it)
+        try:
+            keep = unit_name(keep)
+        except ValueError:
+            pass
     files = managed_unit_files(unit_dir, **limits)
     states = dict((name, show(run_command, systemctl, name, MANAGED_PROPERTIES)) for name, dummy in files)
     keep_gpus = None
@@ -597,7 +603,7 @@ def managed_units(run_command, systemctl, unit_dir, keep=None, **limits):
             "unit": name, "active_state": props.get("ActiveState") or "", "sub_state": props.get("SubState") or "",
             "unit_file_state": props.get("UnitFileState") or "", "main_pid": props.get("MainPID") or 0,
             "active": props.get("ActiveState") in RUNNING_STATES,
-            "enabled": (props.get("UnitFileState") or "") in _MANAGED_ENABLED,
+            "enabled": (props.get("UnitFileState") or "") in ENABLED_STATES,
             "gpus": gpus, "other": name != keep, "shares_gpus": name == keep or share_gpus(gpus, keep_gpus)}
         if gpus is None:
             unit["gpus_unknown"] = why
