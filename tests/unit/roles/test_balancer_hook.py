@@ -651,3 +651,38 @@ def test_without_a_balancer_the_pre_flight_says_so_and_the_take_out_only_notes_i
     errors, output = run_plays(NONE_PLAYS, str(tmp_path), "none")
     assert errors["result"] == {"type": "none", "taken_out": False}
     assert "No load balancer configured (balancer_type none)" in output
+
+
+
+MAINT_PLAYS = """
+- name: Take out a host the operator had set to maintenance at the balancer
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {hook}
+    balancer_put_back_tasks: {hook}
+    balancer_servers:
+      - {{name: localhost, serving: false, admin: maint}}
+      - {{name: other, serving: true, admin: ready}}
+  tasks:
+    - name: Check the balancer
+      ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+    - name: Take the host out
+      ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+    - name: Keep the result
+      ansible.builtin.set_fact:
+        errors: "{{{{ {{'result': balancer_result}} }}}}"
+"""
+
+
+def test_a_host_in_maintenance_is_neither_taken_out_nor_drained_and_is_noted_as_out_already(tmp_path):
+    """A server the operator had set to maintenance serves nothing: the take-out neither calls the balancer nor
+    drains it, and notes it as out of rotation already (was_out), so that it is left as the operator left it."""
+    state = tmp_path / "state"
+    hook = tmp_path / "hook.yml"
+    hook.write_text(PUT_BACK.format(state=json.dumps(str(state))))
+    errors, output = run_plays(MAINT_PLAYS.format(hook=hook), str(tmp_path), "maint")
+    assert errors["result"] == {"type": "hook", "taken_out": False, "was_out": True}
+    assert not state.exists(), "the balancer's hook was called for a host in maintenance"
+    assert "was already in maintenance at the balancer (vllm/localhost)" in output
