@@ -62,7 +62,7 @@ def run_report(tmp_path, fleet, **extra):
         plays = dict((play["name"], play) for play in yaml.safe_load(handle))
     check, read, report = (plays["Check the audit's options"], plays["Audit each host (read-only)"],
                            plays["Fleet drift report"])
-    lock_read = [task for task in read["tasks"] if task["name"] == "Read the fleet lock the hosts must hold (audit_lock)"]
+    lock_read = [task for task in read["tasks"] if task["name"] == "Fix the report directory's name once, read the fleet lock the hosts must hold (audit_lock)"]
     assert len(lock_read) == 1, "audit.yml lost the task this test runs"
     results = tmp_path / "results.json"
     results.write_text(json.dumps(fleet))

@@ -141,9 +141,10 @@ def run_report(tmp_path, fleet):
     results = tmp_path / "results.json"
     results.write_text(json.dumps(fleet))
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
-                "tasks": [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
-                    "gpufleet_drift": "{{ (lookup('ansible.builtin.file', %r) | from_json)[inventory_hostname] }}"
-                                      % str(results)}}]}
+                "tasks": query_tests.report_dir_task(plays) + [{
+                    "name": "The host's drift_info result", "ansible.builtin.set_fact": {
+                        "gpufleet_drift": "{{ (lookup('ansible.builtin.file', %r) | from_json)[inventory_hostname] }}"
+                                          % str(results)}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump([stand_in] + report, handle, sort_keys=False)

@@ -59,6 +59,14 @@ def ansible_playbook(directory, playbook, inventory, extra):
                            playbook], env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
+def report_dir_task(plays):
+    """The per-host read's first task, which names the report directory once (and reads the fleet lock), as a list."""
+    fix = [task for play in plays if play["name"] == "Audit each host (read-only)" for task in play["tasks"]
+           if task["name"] == "Fix the report directory's name once, read the fleet lock the hosts must hold (audit_lock)"]
+    assert len(fix) == 1, "audit.yml lost the task that names the report directory"
+    return fix
+
+
 def run_report(tmp_path, fleet, **extra):
     """The audit's check and report plays around fake drift_info results: (process, report directory or None)."""
     with open(AUDIT) as handle:
@@ -66,8 +74,9 @@ def run_report(tmp_path, fleet, **extra):
     check = [play for play in plays if play["name"] == "Check the audit's options"]
     report = [play for play in plays if play["name"] == "Fleet drift report"]
     assert len(check) == 1 and len(report) == 1, "audit.yml lost a play this test runs"
+    fix = report_dir_task(plays)
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
-                "tasks": [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
+                "tasks": fix + [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
                     "gpufleet_drift": "{{ fake_fleet[inventory_hostname] }}"}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
