@@ -351,8 +351,8 @@ PLAYS = """
       block:
         - name: Check the balancer
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
-        - name: Start a long stream on the host with the drain
-          ansible.builtin.uri: {{url: "{mark}/stream-100", method: POST}}
+        - name: Start a long stream on the host with the drain (20 s, far longer than the 1 s drain however loaded the machine)
+          ansible.builtin.uri: {{url: "{mark}/stream-400", method: POST}}
         - name: Take the host out
           ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
           vars:
@@ -412,7 +412,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     elapsed = time.time() - started
     calls = balancer.calls
     marks = [c["path"].split("/")[-1] for c in calls if "/_mark/" in c["path"]]
-    assert marks == ["check-mode", "check-mode-end", "stream-60", "put-back", "stream-100"]
+    assert marks == ["check-mode", "check-mode-end", "stream-60", "put-back", "stream-400"]
 
     def between(first, second):
         paths = [c["path"] for c in calls]
@@ -459,7 +459,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
 
     # put_back: ready at the API, and it returned only once the API showed the server healthy
     back = errors["put_back"]
-    after = between("put-back", "stream-100")
+    after = between("put-back", "stream-400")
     assert puts(after) == [("localhost", "ready")]
     ready_put = [c for c in after if c["method"] == "PUT"][0]
     last_read = [c for c in after if c["method"] == "GET"][-1]
@@ -472,7 +472,7 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     assert errors["timeout"].startswith(
         "localhost did not drain within 1 s (balancer_drain_timeout): 1 request(s) running and 0 waiting in vLLM,")
     assert "It was put back in rotation and not stopped." in errors["timeout"]
-    assert puts(between("stream-100", None)) == [("localhost", "drain"), ("localhost", "ready")]
+    assert puts(between("stream-400", None)) == [("localhost", "drain"), ("localhost", "ready")]
     assert balancer.servers["vllm"]["localhost"]["state"] == "ready"
     assert "inflight_at_stop" not in errors["timeout_result"] and errors["timeout_result"]["put_back"] is True
 
@@ -686,3 +686,49 @@ def test_a_host_in_maintenance_is_neither_taken_out_nor_drained_and_is_noted_as_
     assert errors["result"] == {"type": "hook", "taken_out": False, "was_out": True}
     assert not state.exists(), "the balancer's hook was called for a host in maintenance"
     assert "was already in maintenance at the balancer (vllm/localhost)" in output
+
+
+FAILING_QUERY = """\
+---
+- name: The balancer's API does not answer
+  ansible.builtin.fail: {msg: "the balancer's API did not answer"}
+"""
+
+FAILED_QUERY_PLAYS = """
+- name: A take-out whose read of the backend fails
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {hook}
+    balancer_put_back_tasks: {hook}
+  tasks:
+    - name: Check and take out
+      block:
+        - name: Check the balancer (no query tasks yet)
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+        - name: Take the host out, the query failing
+          ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: take_out}}
+          vars:
+            balancer_query_tasks: {query}
+      rescue:
+        - name: Keep what the rescue reads
+          ansible.builtin.set_fact:
+            errors: "{{{{ {{'result': balancer_result, 'leaving': balancer_leaving, 'msg': ansible_failed_result.msg}} }}}}"
+"""
+
+
+def test_a_take_out_whose_backend_read_fails_is_noted_as_leaving_not_taken_out(tmp_path):
+    """The take-out notes the host as leaving, and its result's type, before it reads the backend: a read that
+    fails leaves the rescue and the summary a host of this balancer type that was not taken out (not the pre-flight's
+    empty notes), and the other hosts of the batch count it as leaving."""
+    state = tmp_path / "state"
+    hook = tmp_path / "hook.yml"
+    hook.write_text(PUT_BACK.format(state=json.dumps(str(state))))
+    query = tmp_path / "query.yml"
+    query.write_text(FAILING_QUERY)
+    errors, _output = run_plays(FAILED_QUERY_PLAYS.format(hook=hook, query=query), str(tmp_path), "failed_query")
+    assert errors["msg"] == "the balancer's API did not answer"
+    assert errors["result"] == {"type": "hook", "taken_out": False}
+    assert errors["leaving"] is True
+    assert not state.exists()
