@@ -653,7 +653,6 @@ def test_without_a_balancer_the_pre_flight_says_so_and_the_take_out_only_notes_i
     assert "No load balancer configured (balancer_type none)" in output
 
 
-
 MAINT_PLAYS = """
 - name: Take out a host the operator had set to maintenance at the balancer
   hosts: localhost
