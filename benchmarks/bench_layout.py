@@ -15,9 +15,10 @@ reinstall's entry task files, the largest file of module_utils, the parsers
 of `systemctl show`, playbooks that import a role's private file.
 
 The demo (--run, on the simulated fleet; scripts/demo.sh once first): the
-hosts are made dirty again as scripts/demo.sh --reset does it (the index up,
-scripts/sim_fleet.sh reset, the test world's HAProxy restarted in front of
-them and waited for until every server serves; no clients), then the
+hosts are made dirty again as scripts/demo.sh --reset does it (scripts/lib.sh
+demo_fleet: the index up, scripts/sim_fleet.sh reset, the test world's
+HAProxy restarted in front of them and waited for until every server serves;
+no clients), then the
 rollout runs twice as scripts/demo.sh runs it; printed lines and wall time
 of each run, and the tasks per host (task results per host in the full log
 the run kept in its report directory, in the default callback's format).
@@ -169,12 +170,10 @@ def demo(out_dir):
     # as scripts/demo.sh runs it: the phases callback on the terminal, the full log in the run's report directory
     env.setdefault("ANSIBLE_STDOUT_CALLBACK", "gpufleet.vllm.phases")
     figures = {}
-    lib = ("source scripts/lib.sh && index_env && export GPUFLEET_HOST_IMAGE=\"$(cat \"$GPUFLEET_CACHE/host-image\")\" "
-           "&& ")
-    # (the reset as scripts/demo.sh --reset does it: the index up, the hosts dirty again, the balancer restarted in
-    # front of them and every server serving through it before the first rollout; no clients)
-    steps = [("reset", "scripts/index.sh up && scripts/sim_fleet.sh reset && { scripts/balancer.sh down >/dev/null 2>&1 "
-                       "|| true; } && scripts/balancer.sh up sim-gpu-1 sim-gpu-2 sim-gpu-3 && scripts/balancer.sh wait 180"),
+    lib = "source scripts/lib.sh && index_env && "
+    # (the reset as scripts/demo.sh --reset does it, lib.sh's demo_fleet: the index up, the hosts dirty again, the
+    # balancer restarted in front of them and every server serving through it; no clients)
+    steps = [("reset", "demo_fleet reset"),
              ("first", "ansible-playbook -i ${GPUFLEET_INVENTORY:-tests/sim/inventory} playbooks/rollout.yml"),
              ("second", "ansible-playbook -i ${GPUFLEET_INVENTORY:-tests/sim/inventory} playbooks/rollout.yml")]
     for name, command in steps:

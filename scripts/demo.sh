@@ -29,27 +29,18 @@ esac
 "$REPO_ROOT/scripts/bootstrap.sh"
 # (podman, which the index's address comes from, may have come with bootstrap)
 index_env
-GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
-export GPUFLEET_HOST_IMAGE
 # the fleet's package index (the wheelhouse and the newer nightly build),
-# which the hosts and the control node install and lock from; it stays up
-# after the demo (scripts/index.sh down stops it)
-"$REPO_ROOT/scripts/index.sh" up
+# which the hosts and the control node install and lock from, the three
+# hosts, and the fleet's load balancer: HAProxy on the control node in front
+# of them (a shipped config; the inventory drains each host there before its
+# stop: balancer_type haproxy while GPUFLEET_LB_SOCKET exists). The index and
+# HAProxy stay up after the demo (scripts/index.sh down, scripts/balancer.sh
+# down stop them). The clients start once every server serves.
 if ((RESET)); then
-  "$REPO_ROOT/scripts/sim_fleet.sh" reset
+  demo_fleet reset
 else
-  "$REPO_ROOT/scripts/sim_fleet.sh" up
+  demo_fleet up
 fi
-
-# the fleet's load balancer: HAProxy on the control node in front of the
-# three hosts (a shipped config; scripts/balancer.sh down stops it). The
-# inventory drains each host there before its stop (balancer_type haproxy
-# while GPUFLEET_LB_SOCKET exists). Restarted each run: a reset gives the
-# hosts new addresses.
-"$REPO_ROOT/scripts/balancer.sh" down >/dev/null 2>&1 || true
-"$REPO_ROOT/scripts/balancer.sh" up sim-gpu-1 sim-gpu-2 sim-gpu-3
-# (fresh hosts load their model first: the clients start once all serve)
-"$REPO_ROOT/scripts/balancer.sh" wait 180
 
 # clients during the whole rollout: streaming completions through the
 # balancer, every request recorded (tests/sim/traffic.py; it stops by itself

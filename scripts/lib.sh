@@ -50,6 +50,21 @@ GPUFLEET_LB_SOCKET="${GPUFLEET_LB_SOCKET:-$GPUFLEET_LB_DIR/admin.sock}"
 GPUFLEET_LB_URL="${GPUFLEET_LB_URL:-http://127.0.0.1:$GPUFLEET_LB_PORT}"
 export GPUFLEET_LB_DIR GPUFLEET_LB_PORT GPUFLEET_LB_SOCKET GPUFLEET_LB_URL
 
+# The simulated fleet ready for a rollout, as scripts/demo.sh (and
+# benchmarks/bench_layout.py --run) need it: the package index up, the three
+# hosts up or recreated dirty (MODE: up or reset), and the test world's
+# HAProxy restarted in front of them (a reset gives the hosts new addresses)
+# until every server serves (fresh hosts load their model first).
+demo_fleet() {
+  GPUFLEET_HOST_IMAGE="$(cat "$GPUFLEET_CACHE/host-image")"
+  export GPUFLEET_HOST_IMAGE
+  "$REPO_ROOT/scripts/index.sh" up
+  "$REPO_ROOT/scripts/sim_fleet.sh" "$1"
+  "$REPO_ROOT/scripts/balancer.sh" down >/dev/null 2>&1 || true
+  "$REPO_ROOT/scripts/balancer.sh" up sim-gpu-1 sim-gpu-2 sim-gpu-3
+  "$REPO_ROOT/scripts/balancer.sh" wait 180
+}
+
 export ANSIBLE_CONFIG="$REPO_ROOT/ansible.cfg"
 # .cache/collections: this collection (a link); tests/sim/collections: the
 # simulated hosts' connection (test-only, not part of the collection)
