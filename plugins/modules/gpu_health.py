@@ -111,6 +111,23 @@ options:
     type: list
     elements: int
     default: []
+  allowed_unit:
+    description:
+      - A systemd unit, such as the vLLM unit, whose main process may use the GPUs together with all its descendants,
+        as O(allowed_parent_pid): its C(MainPID) is read here, just before the GPUs, so it is never a stale one. A
+        unit that is not loaded or does not run allows nothing.
+      - The name as C(systemctl) takes it (C(vllm-kimi-k25) is C(vllm-kimi-k25.service)).
+    type: str
+    version_added: 0.2.0
+  allowed_unit_dir:
+    description:
+      - A directory of units the M(gpufleet.vllm.managed_units) way (the files the service role rendered there). The
+        servers of those units that run or start at boot and may share a GPU with O(allowed_unit) (any of them
+        without it) may use the GPUs too, with their descendants, for example another model's server that a model
+        switch stops next. The units are read as M(gpufleet.vllm.managed_units) reads them.
+      - A unit, or the directory, that cannot be read fails the task, saying which (the GPUs are not judged).
+    type: path
+    version_added: 0.2.0
   fail_when_unhealthy:
     description:
       - If V(true), the task fails when any GPU has a problem or NVML cannot be used, with every problem in the
@@ -165,6 +182,11 @@ EXAMPLES = r"""
     fail_when_unhealthy: false
     register_facts: true
   register: health
+
+- name: Before the stop - the vLLM unit's processes and another model's server on the same GPUs are allowed
+  gpufleet.vllm.gpu_health:
+    allowed_unit: vllm-kimi-k25.service
+    allowed_unit_dir: /etc/systemd/system
 
 - name: Stricter limits - 80 C, and a power cap counts as a problem
   gpufleet.vllm.gpu_health:
@@ -333,6 +355,41 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import (
     validate_thresholds,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import compact_mismatches
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    SystemdError,
+    managed_units,
+    others_to_stop,
+    reader,
+    show,
+    unit_name,
+)
+
+UNIT_READ_TIMEOUT = 30
+
+
+def unit_parents(module, unit, unit_dir):
+    """The MainPIDs (above 0) of UNIT and of the managed units in UNIT_DIR that may share its GPUs, read now."""
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        module.fail_json(msg="systemctl is not on this host's PATH, so the units whose processes may use the GPUs "
+                             "(allowed_unit, allowed_unit_dir) cannot be read; the GPUs were not judged.", changed=False)
+    run = reader(UNIT_READ_TIMEOUT)
+    pids = []
+    try:
+        if unit:
+            pid = show(run, systemctl, unit).get("MainPID") or 0
+            if pid > 0:
+                pids.append(pid)
+        if unit_dir:
+            for other in others_to_stop(managed_units(run, systemctl, unit_dir, keep=unit or None)):
+                if isinstance(other["main_pid"], int) and other["main_pid"] > 0 and other["main_pid"] not in pids:
+                    pids.append(other["main_pid"])
+    except SystemdError as exc:
+        module.fail_json(msg="The units whose processes may use the GPUs cannot be read (%s): %s. The GPUs were not "
+                             "judged; nothing was changed." % (
+                                 ", ".join(shown(v) for v in (unit, unit_dir) if v), exc), changed=False)
+    return pids
 
 
 def main():
@@ -342,6 +399,8 @@ def main():
             allowed_pids=dict(type="list", elements="int", default=[]),
             allowed_parent_pid=dict(type="int"),
             allowed_parent_pids=dict(type="list", elements="int", default=[]),
+            allowed_unit=dict(type="str"),
+            allowed_unit_dir=dict(type="path"),
             fail_when_unhealthy=dict(type="bool", default=True),
             call_timeout=dict(type="int", default=60),
             register_facts=dict(type="bool", default=False),
@@ -358,12 +417,25 @@ def main():
                             "a vLLM unit), or 0 for none; got %r" % (index, pid))
         elif pid and pid not in parents:
             parents.append(pid)
+    unit = ""
+    if params["allowed_unit"]:
+        try:
+            unit = unit_name(params["allowed_unit"])
+        except ValueError as exc:
+            problems.append("allowed_unit %s %s: give the unit's name, for example vllm-kimi-k25.service" % (
+                shown(params["allowed_unit"]), exc))
+    if params["allowed_unit_dir"] and not params["allowed_unit_dir"].startswith("/"):
+        problems.append("allowed_unit_dir must be an absolute path, got %s" % shown(params["allowed_unit_dir"]))
     if params["call_timeout"] < 1:
         problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.gpu_health: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
+    from_units = []
+    if unit or params["allowed_unit_dir"]:
+        from_units = [pid for pid in unit_parents(module, unit, params["allowed_unit_dir"]) if pid not in parents]
+        parents.extend(from_units)
     effective = effective_thresholds(thresholds)
     allowed = set(allowed_pids(params["allowed_pids"], None))
     for parent in parents:
@@ -373,7 +445,8 @@ def main():
         if parent not in allowed:
             result["notes"].append("%s %d is not a running process (a stale MainPID?): no process was allowed "
                                    "through it" % ("allowed_parent_pid" if parent == params["allowed_parent_pid"]
-                                                   else "allowed_parent_pids entry", parent))
+                                                   else "the MainPID of a unit read just before"
+                                                   if parent in from_units else "allowed_parent_pids entry", parent))
     result["check_mode"] = module.check_mode
     if params["register_facts"]:
         result["ansible_facts"] = {"gpufleet_gpu_health": dict(

@@ -11,9 +11,11 @@ FAKE_NVML_STATE at a temporary state file: the real pynvml code path.
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+import fakesystemd
 from helpers import load_source, run_nvml_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -253,6 +255,73 @@ def test_more_allowed_parents_each_allow_their_family(lib_dir, state_file):
             proc.wait()
 
 
+MARKED = "# Ansible managed\n# vLLM server for %s, rendered by the gpufleet.vllm.service role.\n[Unit]\nDescription=vLLM\n"
+SERVER = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+
+
+def _server_pid(path, deadline=30.0):
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if os.path.exists(path) and open(path).read().strip():
+            return int(open(path).read())
+        time.sleep(0.05)
+    raise AssertionError("the unit's server did not start: %s" % path)
+
+
+def test_the_units_servers_are_allowed_their_main_pids_read_by_the_task(lib_dir, state_file, tmp_path, monkeypatch):
+    # the rollout's check before the stop: the vLLM unit's server (a child of its MainPID, as vLLM's workers are),
+    # and after a model switch the other model's server on the same GPUs, stopped next
+    systemd_dir = str(tmp_path / "systemd")
+    for key, value in fakesystemd.install(str(tmp_path / "bin"), systemd_dir).items():
+        monkeypatch.setenv(key, value)
+    unit_dir = tmp_path / "units"
+    unit_dir.mkdir()
+    names = ("vllm-kimi-k25.service", "vllm-minimax-m25.service")
+    servers = {}
+    try:
+        for name in names:
+            (unit_dir / name).write_text(MARKED % name)
+            fakesystemd.write_unit(systemd_dir, name, [sys.executable, "-c", SERVER, str(tmp_path / (name + ".pid"))])
+            subprocess.run(["systemctl", "start", name], check=True, timeout=60)
+            servers[name] = _server_pid(str(tmp_path / (name + ".pid")))
+        state.claim(servers[names[0]], 90000, [3], state_file)
+        state.claim(servers[names[1]], 90000, [4], state_file)
+        # the unit alone: the other model's server is a stranger on GPU 4
+        rc, res = run_module({"allowed_unit": "vllm-kimi-k25"}, state_file, lib_dir)
+        problems = " ".join(res["problems"])
+        assert rc == 1 and "pid %d" % servers[names[1]] in problems and "pid %d" % servers[names[0]] not in problems
+        # the directory of the units the service role rendered: both servers
+        rc, res = run_module({"allowed_unit": "vllm-kimi-k25", "allowed_unit_dir": str(unit_dir)}, state_file, lib_dir)
+        assert rc == 0 and res["healthy"] is True and res["notes"] == [], res.get("msg")
+        # a unit that no longer runs allows nothing: its MainPID is read by the task, never a stale one
+        subprocess.run(["systemctl", "stop", names[1]], check=True, timeout=60)
+        holder = spawn_holder()
+        try:
+            state.claim(holder.pid, 2048, [4], state_file)
+            rc, res = run_module({"allowed_unit": "vllm-kimi-k25", "allowed_unit_dir": str(unit_dir)}, state_file,
+                                 lib_dir)
+            assert rc == 1 and "pid %d" % holder.pid in " ".join(res["problems"])
+        finally:
+            holder.kill()
+            holder.wait()
+    finally:
+        for name in names:
+            subprocess.run(["systemctl", "stop", name], check=False, timeout=60)
+
+
+def test_units_that_cannot_be_read_fail_without_judging(lib_dir, state_file, tmp_path, monkeypatch):
+    systemd_dir = str(tmp_path / "systemd")
+    for key, value in fakesystemd.install(str(tmp_path / "bin"), systemd_dir).items():
+        monkeypatch.setenv(key, value)
+    # (systemctl show itself fails)
+    with open(str(tmp_path / "bin" / "systemctl"), "w") as handle:
+        handle.write("#!/bin/sh\necho 'Failed to connect to bus: No such file or directory' >&2\nexit 1\n")
+    rc, res = run_module({"allowed_unit": "vllm-kimi-k25"}, state_file, lib_dir)
+    assert rc == 1 and "gpus" not in res, res
+    assert res["msg"].startswith("The units whose processes may use the GPUs cannot be read ('vllm-kimi-k25.service'): ")
+    assert "Failed to connect to bus" in res["msg"] and res["msg"].endswith("The GPUs were not judged; nothing was changed.")
+
+
 def test_allowed_parent_not_running_is_noted(lib_dir, state_file):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -344,6 +413,8 @@ def test_same_problem_on_every_gpu_is_one_line(lib_dir, state_file):
     ({"allowed_parent_pid": -4}, "allowed_parent_pid must be a process id from 1 to 4194304"),
     ({"allowed_parent_pids": [5, -4]}, "allowed_parent_pids[1] must be a process id from 1 to 4194304"),
     ({"call_timeout": 0}, "call_timeout must be at least 1 second; got 0"),
+    ({"allowed_unit": "vllm/../x"}, "allowed_unit 'vllm/../x' holds characters a unit name cannot have"),
+    ({"allowed_unit_dir": "units"}, "allowed_unit_dir must be an absolute path, got 'units'"),
 ])
 def test_bad_options_are_refused(lib_dir, state_file, args, text):
     rc, res = run_module(args, state_file, lib_dir)
