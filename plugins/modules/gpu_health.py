@@ -118,7 +118,6 @@ options:
         unit that is not loaded or does not run allows nothing.
       - The name as C(systemctl) takes it (C(vllm-kimi-k25) is C(vllm-kimi-k25.service)).
     type: str
-    version_added: 0.2.0
   allowed_unit_dir:
     description:
       - A directory of units the M(gpufleet.vllm.managed_units) way (the files the service role rendered there). The
@@ -127,7 +126,6 @@ options:
         switch stops next. The units are read as M(gpufleet.vllm.managed_units) reads them.
       - A unit, or the directory, that cannot be read fails the task, saying which (the GPUs are not judged).
     type: path
-    version_added: 0.2.0
   fail_when_unhealthy:
     description:
       - If V(true), the task fails when any GPU has a problem or NVML cannot be used, with every problem in the
