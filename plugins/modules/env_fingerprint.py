@@ -86,6 +86,22 @@ options:
         message.
     type: bool
     default: false
+  fail_on_not_pristine:
+    description:
+      - Fail the task when a distribution is not pristine, except those named in O(accept_not_pristine) (a proof that
+        the environment is the lock, every package pristine, in one task). The message names them, with why. The full
+        result is returned either way.
+      - Needs O(verify).
+    type: bool
+    default: false
+  accept_not_pristine:
+    description:
+      - Distributions that may be not pristine without failing O(fail_on_not_pristine) (names in any spelling; for
+        example one whose post-install step rewrites a file its RECORD lists). They are still reported in
+        RV(not_pristine).
+    type: list
+    elements: str
+    default: []
   max_list:
     description:
       - The most entries returned in RV(not_pristine) and RV(problems); RV(not_pristine_total) and
@@ -156,6 +172,15 @@ EXAMPLES = r"""
     expected: "{{ vllm_lock.packages }}"
     expected_fingerprint: "{{ vllm_lock.fingerprint }}"
     fail_on_mismatch: true
+
+- name: Prove the environment is exactly the lock, every package pristine but one known to edit its own files
+  gpufleet.vllm.env_fingerprint:
+    venv: /opt/vllm/current
+    expected: "{{ vllm_lock.packages }}"
+    expected_fingerprint: "{{ vllm_lock.fingerprint }}"
+    fail_on_mismatch: true
+    fail_on_not_pristine: true
+    accept_not_pristine: [some-package]
 
 - name: Names and versions only (no hashing), against two pinned versions
   gpufleet.vllm.env_fingerprint:
@@ -241,6 +266,14 @@ not_pristine:
         them and the one installed last wins)"
       overwritten_by:
         - cuda-python 12.6.2.post1
+unaccepted:
+  description:
+    - The names of the distributions that are not pristine and not in O(accept_not_pristine), all of them (the ones
+      O(fail_on_not_pristine) fails on).
+  returned: when the environment was read with O(verify)
+  type: list
+  elements: str
+  sample: [vllm]
 not_pristine_total:
   description: The number of distributions that are not pristine.
   returned: when the environment was read (also when O(fail_on_mismatch) fails the task)
@@ -310,6 +343,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment, normalize_expected
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -339,6 +373,28 @@ def mismatch_message(result, first=5):
     return msg + " Nothing was changed (fail_on_mismatch is true; set it to false to only report)."
 
 
+def unaccepted(result, accepted):
+    """The names of the distributions that are not pristine, but the ACCEPTED ones (any spelling); all of them."""
+    skip = set(canonical_name(str(name)) for name in accepted or ())
+    return [d["name"] for d in result["distributions"]
+            if d.get("pristine") is False and canonical_name(str(d["name"])) not in skip]
+
+
+def not_pristine_message(result, names, first=5):
+    """The failure message of fail_on_not_pristine: the distributions that are not pristine, with why."""
+    versions = dict((d["name"], d["version"]) for d in result["distributions"])
+    # (why: from not_pristine, which holds up to max_list of them; else the entry's own problem)
+    reasons = dict((d["name"], d.get("problem")) for d in result["distributions"] if d.get("problem"))
+    reasons.update((d["name"], d["reason"]) for d in result["not_pristine"])
+    listed = "; ".join("%s %s (%s)" % (name, versions[name], (reasons.get(name) or "its files differ from its RECORD")
+                                       [:200]) for name in names[:first])
+    return ("The environment (%s) has %d distribution%s that %s not pristine: %s%s. Nothing was changed "
+            "(fail_on_not_pristine is true; accept_not_pristine names the ones that may be)." % (
+                ", ".join(result["environment"]["site_dirs"][:2]), len(names), "" if len(names) == 1 else "s",
+                "is" if len(names) == 1 else "are", listed, "; and %d more" % (len(names) - first)
+                if len(names) > first else ""))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -350,6 +406,8 @@ def main():
             expected=dict(type="dict"),
             expected_fingerprint=dict(type="str"),
             fail_on_mismatch=dict(type="bool", default=False),
+            fail_on_not_pristine=dict(type="bool", default=False),
+            accept_not_pristine=dict(type="list", elements="str", default=[]),
             max_list=dict(type="int", default=50),
             timeout=dict(type="int", default=600),
         ),
@@ -362,6 +420,9 @@ def main():
         module.fail_json(msg="max_list must be 1 or more (got %d)." % params["max_list"])
     if params["timeout"] < 1:
         module.fail_json(msg="timeout must be 1 or more seconds (got %d)." % params["timeout"])
+    if params["fail_on_not_pristine"] and not params["verify"]:
+        module.fail_json(msg="fail_on_not_pristine needs verify: without it no file is hashed, so nothing is known "
+                             "to be pristine.")
     if params["python_timeout"] < 1:
         module.fail_json(msg="python_timeout must be 1 or more seconds (got %d)." % params["python_timeout"])
     expected_fingerprint = params["expected_fingerprint"]
@@ -391,8 +452,13 @@ def main():
 
     result["changed"] = False
     result["check_mode"] = module.check_mode
+    if params["verify"]:
+        result["unaccepted"] = unaccepted(result, params["accept_not_pristine"])
     if params["fail_on_mismatch"] and result["matches"] is False:
         result["msg"] = safe_text(mismatch_message(result))
+        module.fail_json(**result)
+    if params["fail_on_not_pristine"] and result["unaccepted"]:
+        result["msg"] = safe_text(not_pristine_message(result, result["unaccepted"]))
         module.fail_json(**result)
     module.exit_json(**result)
 

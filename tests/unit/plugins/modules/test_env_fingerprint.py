@@ -223,7 +223,7 @@ def test_documented_return_values_cover_the_result(run, venv):
 def test_examples_are_valid_yaml_tasks():
     tasks = yaml.safe_load(env_fingerprint.EXAMPLES)
     modules = [next(k for k in task if k not in ("name", "register")) for task in tasks]
-    assert modules.count("gpufleet.vllm.env_fingerprint") == 3
+    assert modules.count("gpufleet.vllm.env_fingerprint") == 4
 
 
 @pytest.mark.skipif(shutil.which("ansible-doc") is None and not os.path.exists(
@@ -257,3 +257,38 @@ def test_python_option_of_a_venv_runs_nothing(run, venv, monkeypatch):
     code, result = run({"python": os.path.join(venv, "bin", "python"), "expected": LOCK})
     assert code == 0 and result["matches"] is True and result["not_pristine_total"] == 0
     assert result["environment"]["source"] == "python:%s" % os.path.join(venv, "bin", "python")
+
+
+def test_fail_on_not_pristine_names_the_distributions_that_are_not(run, venv):
+    # the environment is exactly the lock, but two packages were edited after the install
+    fake.edit(os.path.join(site(venv), "demo", "__init__.py"), b"return 0", b"return 1")
+    with open(os.path.join(site(venv), "typing_extensions.py"), "ab") as handle:
+        handle.write(b"Y = 2\n")
+    code, result = run({"venv": venv, "expected": LOCK, "fail_on_mismatch": True, "fail_on_not_pristine": True,
+                        "max_list": 1})
+    assert code == 1 and result["failed"] is True and result["matches"] is True
+    # every one counted, beyond max_list; the one not listed in not_pristine still named
+    assert result["unaccepted"] == ["demo", "typing-extensions"] and len(result["not_pristine"]) == 1
+    assert result["msg"] == (
+        "The environment (%s) has 2 distributions that are not pristine: demo 1.0 (1 modified (first: "
+        "demo/__init__.py (modified))); typing-extensions 4.16.0 (its files differ from its RECORD). Nothing was "
+        "changed (fail_on_not_pristine is true; accept_not_pristine names the ones that may be)." % site(venv))
+
+
+def test_accepted_not_pristine_passes_in_any_spelling_and_is_still_reported(run, venv):
+    fake.edit(os.path.join(site(venv), "demo", "__init__.py"), b"return 0", b"return 1")
+    code, result = run({"venv": venv, "fail_on_not_pristine": True, "accept_not_pristine": ["DEMO"]})
+    assert code == 0 and not result.get("failed") and result["unaccepted"] == []
+    assert [d["name"] for d in result["not_pristine"]] == ["demo"] and result["not_pristine_total"] == 1
+    # without it, the same environment fails; a pristine one passes
+    code, result = run({"venv": venv, "fail_on_not_pristine": True})
+    assert code == 1 and result["unaccepted"] == ["demo"]
+    fake.edit(os.path.join(site(venv), "demo", "__init__.py"), b"return 1", b"return 0")
+    code, result = run({"venv": venv, "fail_on_not_pristine": True})
+    assert code == 0 and result["unaccepted"] == []
+
+
+def test_fail_on_not_pristine_without_verify_is_refused(run, venv):
+    code, result = run({"venv": venv, "fail_on_not_pristine": True, "verify": False})
+    assert code == 1 and result["msg"].startswith("fail_on_not_pristine needs verify")
+    assert "distributions" not in result
