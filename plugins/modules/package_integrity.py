@@ -97,6 +97,12 @@ options:
         they exist. Give C([]) to skip the check.
     type: list
     elements: path
+  version:
+    description:
+      - The version the distribution must be, for example the one just installed. Another installed version fails the
+        task (with O(fail_on_drift) or not), saying both; versions are compared in their PEP 440 form (C(1.0-1) is
+        C(1.0.post1)). Unset, any version is verified.
+    type: str
   fail_on_drift:
     description:
       - Fail the task when the distribution is not pristine (drift found, or it cannot be verified). The message
@@ -229,6 +235,11 @@ version:
   returned: always
   type: str
   sample: 0.33.0
+version_matches:
+  description: Whether RV(version) is O(version); null without O(version).
+  returned: always
+  type: bool
+  sample: true
 installer:
   description: The installer that wrote RECORD (the INSTALLER file), for example C(uv) or C(pip).
   returned: always
@@ -363,6 +374,7 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_version
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
 
@@ -378,6 +390,7 @@ def main():
             wheel=dict(type="path"),
             patterns=dict(type="list", elements="str", default=list(DEFAULT_PATTERNS)),
             uv_cache_dir=dict(type="list", elements="path"),
+            version=dict(type="str"),
             fail_on_drift=dict(type="bool", default=True),
             max_list=dict(type="int", default=50),
             diff_max_bytes=dict(type="int", default=16384),
@@ -414,6 +427,15 @@ def main():
 
     result["changed"] = False
     result["check_mode"] = module.check_mode
+    result["version_matches"] = None
+    if params["version"] is not None:
+        wanted = params["version"].strip()
+        found = str(result.get("version") or "")
+        result["version_matches"] = (canonical_version(found) or found) == (canonical_version(wanted) or wanted)
+        if not result["version_matches"]:
+            result["msg"] = safe_text("%s is version %s, not the expected %s: %s" % (
+                params["name"], found or "(none)", wanted, result["msg"]))
+            module.fail_json(**result)
     if params["fail_on_drift"] and not result["pristine"]:
         result["msg"] += " (fail_on_drift is true; set it to false to only report.)"
         module.fail_json(**result)

@@ -219,3 +219,24 @@ def test_error_message_with_non_utf8_path_is_valid_utf8(run, tmp_path):
     assert code == 1 and "is not installed in" in result["msg"]
     assert "lib/python\\xff/site-packages" in result["msg"]
     json.dumps(result, ensure_ascii=False).encode("utf-8")
+
+
+def test_the_expected_version_passes_in_any_pep440_spelling(run, venv):
+    code, result = run(base_args(venv, version="1.0"))
+    assert code == 0 and result["version_matches"] is True and result["pristine"] is True
+    code, result = run(base_args(venv, version=" v1.0 "))
+    assert code == 0 and result["version_matches"] is True
+    code, result = run(base_args(venv))
+    assert code == 0 and result["version_matches"] is None
+
+
+def test_another_version_fails_even_pristine_and_without_fail_on_drift(run, venv):
+    # (what staging proves after uv said it installed the target)
+    code, result = run(base_args(venv, version="1.1", fail_on_drift=False))
+    assert code == 1 and result["failed"] is True and result["changed"] is False
+    assert result["pristine"] is True and result["version_matches"] is False and result["version"] == "1.0"
+    assert result["msg"].startswith("demo is version 1.0, not the expected 1.1: demo 1.0 in %s is pristine" % venv["site"])
+    helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
+    code, result = run(base_args(venv, version="1.1"))
+    assert code == 1 and "is not pristine: 1 modified" in result["msg"]
+    assert result["msg"].startswith("demo is version 1.0, not the expected 1.1: ")
