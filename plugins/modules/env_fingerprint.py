@@ -388,8 +388,8 @@ def not_pristine_message(result, names, first=5):
     reasons.update((d["name"], d["reason"]) for d in result["not_pristine"])
     listed = "; ".join("%s %s (%s)" % (name, versions[name], (reasons.get(name) or "its files differ from its RECORD")
                                        [:200]) for name in names[:first])
-    return ("The environment (%s) has %d distribution%s that %s not pristine: %s%s. Nothing was changed "
-            "(fail_on_not_pristine is true; accept_not_pristine names the ones that may be)." % (
+    return ("The environment (%s) has %d distribution%s that %s not pristine: %s%s (fail_on_not_pristine is true; "
+            "accept_not_pristine names those that may be)." % (
                 ", ".join(result["environment"]["site_dirs"][:2]), len(names), "" if len(names) == 1 else "s",
                 "is" if len(names) == 1 else "are", listed, "; and %d more" % (len(names) - first)
                 if len(names) > first else ""))

@@ -124,7 +124,8 @@ options:
         servers of those units that run or start at boot and may share a GPU with O(allowed_unit) (any of them
         without it) may use the GPUs too, with their descendants, for example another model's server that a model
         switch stops next. The units are read as M(gpufleet.vllm.managed_units) reads them.
-      - A unit, or the directory, that cannot be read fails the task, saying which (the GPUs are not judged).
+      - A directory that does not exist allows nothing more. A unit, or a directory, that C(systemctl) cannot read
+        fails the task, saying which, whatever O(fail_when_unhealthy) says (the GPUs are not judged).
     type: path
   fail_when_unhealthy:
     description:

@@ -237,7 +237,7 @@ version:
   sample: 0.33.0
 version_matches:
   description: Whether RV(version) is O(version); null without O(version).
-  returned: always
+  returned: when the distribution was read
   type: bool
   sample: true
 installer:

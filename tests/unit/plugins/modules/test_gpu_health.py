@@ -301,6 +301,8 @@ def test_the_units_servers_are_allowed_their_main_pids_read_by_the_task(lib_dir,
             rc, res = run_module({"allowed_unit": "vllm-kimi-k25", "allowed_unit_dir": str(unit_dir)}, state_file,
                                  lib_dir)
             assert rc == 1 and "pid %d" % holder.pid in " ".join(res["problems"])
+            # (the stopped server's MainPID is not allowed as a stale one either: systemd says 0, nothing noted)
+            assert res["notes"] == []
         finally:
             holder.kill()
             holder.wait()
