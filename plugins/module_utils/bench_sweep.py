@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""A concurrency sweep of the real ``vllm bench serve``, one run per level.
+"""A concurrency sweep of the real ``vllm bench serve``: every level in one process, or one run per level.
 
 Used by the ``gpufleet.vllm.bench_serve`` module. Each level runs
 ``timeout --kill-after=30 LIMIT <vllm> bench serve ... --max-concurrency C
@@ -13,10 +13,21 @@ exit status (``vllm bench serve`` itself fails, or the time limit), no
 result file, or any failed request in it (``vllm bench serve`` exits 0 even
 when every request failed).
 
+With ``settings['python']`` (the interpreter of the bench environment, from the
+``#!`` line of the ``vllm`` console script: :func:`interpreter_of`), every
+level runs in one process of it (:func:`run_in_one_process`): :data:`RUNNER`
+calls what ``vllm bench serve`` itself calls, ``vllm.benchmarks.serve``'s
+``add_cli_args`` and ``main``, once per level with the same arguments, so that
+vLLM is imported once; each level has its own time limit (SIGALRM), the
+process the sum under coreutils' ``timeout``. A vLLM without that entry runs
+one command per level.
+
 Public API:
 
 * ``level_argv(settings, concurrency, num_prompts) -> list``
 * ``run_sweep(run_command, settings, clock=time.monotonic) -> dict``
+* ``run_in_one_process(run_command, settings, clock=time.monotonic) -> dict or None``
+* ``interpreter_of(executable) -> path or None``
 * ``run_capped(argv, environ_update=None, limit=None, tail_bytes=TAIL_BYTES) -> (rc, stdout, stderr)``
 * ``backstop(argv) -> seconds`` (the Python-side limit of a level's command)
 * ``argv_problems(settings) -> list`` (values that must not reach the command line)
@@ -39,8 +50,10 @@ timeout_executable (default ``timeout``), environment (dict).
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -202,15 +215,69 @@ def _last_words(stdout, stderr):
     return 'no output'
 
 
+def _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes):
+    """The problem of one level that ran (a sentence), or None; reads its result file into FILES and ENTRY's row."""
+    concurrency = entry['concurrency']
+    path = entry['result_file']
+    if rc != 0:
+        over = (', over the limit of %s s' % limit) if rc in TIMEOUT_STATUSES else ''
+        return ('vllm bench serve failed at concurrency %d (exit status %s%s): %s.'
+                % (concurrency, rc, over, _last_words(stdout, stderr).rstrip('.')))
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read(max_bytes + 1)
+        if len(raw) > max_bytes:
+            raise ValueError('the file is larger than %d bytes (result_max_mib), which is more than a result '
+                             'is read up to; it stays on the host' % max_bytes)
+        text = raw.decode('utf-8', 'replace')
+        files[RESULT_NAME % concurrency] = text
+        entry['row'] = bench.parse_result(text, concurrency=concurrency, source=path)
+    except (IOError, OSError) as exc:
+        return ('vllm bench serve at concurrency %d exited 0 but left no readable result in %s (%s): %s.'
+                % (concurrency, path, exc.strerror or exc, _last_words(stdout, stderr).rstrip('.')))
+    except ValueError as exc:
+        reason = str(exc).rstrip('.')
+        return 'The result of concurrency %d (%s) cannot be read: %s.' % (concurrency, path, reason)
+    row = entry['row']
+    if not row['ok']:
+        failed = row['failed'] if row['failed'] is not None else 'Some'
+        return ('%s of %s requests failed at concurrency %d (%s completed): the server at %s stopped '
+                'answering or refused requests; look at its journal.'
+                % (failed, row['num_prompts'], concurrency, row['completed'], settings['base_url']))
+    return None
+
+
+def _out_of_time(settings, concurrency, levels):
+    done = [level['concurrency'] for level in levels]
+    return ('The sweep used up its time limit (sweep_timeout %s s) before concurrency %d; %s. '
+            'Raise sweep_timeout or run fewer levels.'
+            % (settings.get('sweep_timeout'), concurrency,
+               'levels %s completed and were kept' % ', '.join(str(c) for c in done) if done else 'no level ran'))
+
+
+def _finish(levels, files, failure, failed_concurrency, total, runner):
+    return {'levels': levels, 'files': files, 'failure': failure, 'failed_concurrency': failed_concurrency,
+            'bench_seconds': round(total, 3), 'runner': runner}
+
+
 def run_sweep(run_command, settings, clock=time.monotonic):
     """Run the levels in order; stop at the first failure. ``run_command(argv) -> (rc, stdout, stderr)``.
+
+    With ``settings['python']`` (the interpreter of the bench environment) every level runs in one process
+    (:func:`run_in_one_process`: vLLM imported once); when that interpreter has no ``vllm bench serve`` entry to
+    call, each level runs its own ``vllm bench serve``.
 
     Returns levels (per level: concurrency, num_prompts, argv, rc, seconds,
     result_file, row (parsed, or None), ok), files (``c<level>.json``: the
     text of each result file; ``c<level>.log``: command, exit status and the
     last lines of stdout and stderr of the failed level), failure (a
-    sentence, or None), failed_concurrency and bench_seconds.
+    sentence, or None), failed_concurrency, bench_seconds and runner
+    (``one process`` or ``one process per level``).
     """
+    if settings.get('python'):
+        swept = run_in_one_process(run_command, settings, clock=clock)
+        if swept is not None:
+            return swept
     levels = []
     files = {}
     failure = None
@@ -224,51 +291,20 @@ def run_sweep(run_command, settings, clock=time.monotonic):
         if deadline is not None:
             left = int(deadline - clock())
             if left < 1:
-                done = [level['concurrency'] for level in levels]
-                failure = ('The sweep used up its time limit (sweep_timeout %s s) before concurrency %d; %s. '
-                           'Raise sweep_timeout or run fewer levels.'
-                           % (sweep_timeout, concurrency,
-                              'levels %s completed and were kept' % ', '.join(str(c) for c in done) if done
-                              else 'no level ran'))
+                failure = _out_of_time(settings, concurrency, levels)
                 failed_concurrency = concurrency
                 break
             limit = min(limit, left)
         argv = level_argv(settings, concurrency, num_prompts, limit=limit)
-        path = os.path.join(settings['result_dir'], RESULT_NAME % concurrency)
         started = clock()
         rc, stdout, stderr = run_command(argv)
         seconds = clock() - started
         total += seconds
         entry = {'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'rc': rc,
-                 'seconds': round(seconds, 3), 'result_file': path, 'row': None, 'ok': False}
-        problem = None
-        if rc != 0:
-            over = (', over the limit of %s s' % limit) if rc in TIMEOUT_STATUSES else ''
-            problem = ('vllm bench serve failed at concurrency %d (exit status %s%s): %s.'
-                       % (concurrency, rc, over, _last_words(stdout, stderr).rstrip('.')))
-        else:
-            try:
-                with open(path, 'rb') as handle:
-                    raw = handle.read(max_bytes + 1)
-                if len(raw) > max_bytes:
-                    raise ValueError('the file is larger than %d bytes (result_max_mib), which is more than a result '
-                                     'is read up to; it stays on the host' % max_bytes)
-                text = raw.decode('utf-8', 'replace')
-                files[RESULT_NAME % concurrency] = text
-                entry['row'] = bench.parse_result(text, concurrency=concurrency, source=path)
-            except (IOError, OSError) as exc:
-                problem = ('vllm bench serve at concurrency %d exited 0 but left no readable result in %s (%s): %s.'
-                           % (concurrency, path, exc.strerror or exc, _last_words(stdout, stderr).rstrip('.')))
-            except ValueError as exc:
-                reason = str(exc).rstrip('.')
-                problem = 'The result of concurrency %d (%s) cannot be read: %s.' % (concurrency, path, reason)
-            else:
-                row = entry['row']
-                if not row['ok']:
-                    failed = row['failed'] if row['failed'] is not None else 'Some'
-                    problem = ('%s of %s requests failed at concurrency %d (%s completed): the server at %s stopped '
-                               'answering or refused requests; look at its journal.'
-                               % (failed, row['num_prompts'], concurrency, row['completed'], settings['base_url']))
+                 'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'],
+                                                                          RESULT_NAME % concurrency),
+                 'row': None, 'ok': False}
+        problem = _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes)
         if problem:
             files[LOG_NAME % concurrency] = ('%s\nexit status %s\n--- stdout ---\n%s\n--- stderr ---\n%s\n'
                                              % (' '.join(argv), rc, _tail(stdout), _tail(stderr)))
@@ -279,5 +315,216 @@ def run_sweep(run_command, settings, clock=time.monotonic):
         levels.append(entry)
         if failure:
             break
-    return {'levels': levels, 'files': files, 'failure': failure, 'failed_concurrency': failed_concurrency,
-            'bench_seconds': round(total, 3)}
+    return _finish(levels, files, failure, failed_concurrency, total, 'one process per level')
+
+
+# ---------------------------------------------------------------- every level in one process
+
+#: The program the bench environment's Python runs for a sweep in one process: vLLM's own ``vllm bench serve``
+#: (its parser, ``add_cli_args``, and its ``main``, what the command calls), once per level, vLLM imported once.
+#: argv: the plan file (JSON: the sweep's limit in seconds, 0 for none, and per level the concurrency, the seconds
+#: it may take and the arguments after ``vllm bench serve``) and the status file it appends one JSON line to as
+#: each level starts and ends. A level gets its own limit, at most what is left of the sweep's (SIGALRM).
+RUNNER = r"""
+import json, signal, sys, time, traceback
+plan_path, status_path = sys.argv[1], sys.argv[2]
+def note(**event):
+    with open(status_path, 'a') as handle:
+        handle.write(json.dumps(event) + '\n')
+with open(plan_path) as handle:
+    plan = json.load(handle)
+try:
+    from vllm.benchmarks.serve import add_cli_args, main
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        from vllm.utils import FlexibleArgumentParser
+except Exception as exc:
+    note(event='unavailable', error='%s: %s' % (type(exc).__name__, exc))
+    sys.exit(3)
+class LevelTimeout(BaseException):
+    pass
+def expired(signum, frame):
+    raise LevelTimeout()
+signal.signal(signal.SIGALRM, expired)
+sweep_started = time.monotonic()
+for level in plan['levels']:
+    limit = level['limit']
+    if plan['sweep_timeout']:
+        left = int(plan['sweep_timeout'] - (time.monotonic() - sweep_started))
+        if left < 1:
+            note(event='out_of_time', concurrency=level['concurrency'])
+            sys.exit(0)
+        limit = min(limit, left)
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    args = parser.parse_args(level['args'])
+    note(event='start', concurrency=level['concurrency'], limit=limit)
+    started = time.monotonic()
+    signal.alarm(limit)
+    try:
+        main(args)
+        rc, error = 0, None
+    except LevelTimeout:
+        rc, error = 124, 'over the limit of %d s' % limit
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+        error = None if rc == 0 else 'vllm bench serve exited with %r' % (exc.code,)
+    except BaseException as exc:
+        traceback.print_exc()
+        rc, error = 1, '%s: %s' % (type(exc).__name__, exc)
+    finally:
+        signal.alarm(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - started, error=error)
+    if rc != 0:
+        sys.exit(rc)
+"""
+#: The exit status of RUNNER when the interpreter has no vllm bench serve to call (the sweep then runs per level)
+RUNNER_UNAVAILABLE = 3
+STATUS_MAX_BYTES = 1024 * 1024
+SHEBANG_MAX_BYTES = 512
+_PYTHON = re.compile(r'^python[0-9.]*$')
+
+
+#: The second line of a console script that uv (relocatable) or pip (long paths) write for ``#!/bin/sh``: the
+#: Python beside the script, or the one it names
+_TRAMPOLINE_BESIDE = re.compile(r"""^'\'\'exec' "\$\(dirname -- "\$\(realpath -- "\$0"\)"\)"/'(python[0-9.]*)' "\$0" "\$@"$""")
+_TRAMPOLINE_NAMED = re.compile(r"""^'\'\'exec' (["'])(/[^"']+)\1 "\$0" "\$@"$""")
+
+
+def interpreter_of(executable):
+    """The Python of the console script EXECUTABLE, or None (a binary, a wrapper or anything else runs as it is).
+
+    ``#!/path/python``; or ``#!/bin/sh`` with the exec line uv writes for a relocatable environment (the ``python``
+    beside the script, its links resolved as the script does) or pip for a long path (the Python it names). The
+    Python must be an executable file named ``python...``."""
+    try:
+        with open(executable, 'rb') as handle:
+            head = handle.read(SHEBANG_MAX_BYTES)
+    except (IOError, OSError):
+        return None
+    lines = head.decode('utf-8', 'replace').split('\n')
+    if not lines[0].startswith('#!'):
+        return None
+    words = lines[0][2:].split()
+    python = None
+    if len(words) == 1 and words[0].startswith('/') and _PYTHON.match(os.path.basename(words[0])):
+        python = words[0]
+    elif words == ['/bin/sh'] and len(lines) > 1:
+        beside = _TRAMPOLINE_BESIDE.match(lines[1])
+        named = _TRAMPOLINE_NAMED.match(lines[1])
+        if beside:
+            python = os.path.join(os.path.dirname(os.path.realpath(executable)), beside.group(1))
+        elif named and _PYTHON.match(os.path.basename(named.group(2))):
+            python = named.group(2)
+    if python and os.path.isfile(python) and os.access(python, os.X_OK):
+        return python
+    return None
+
+
+def _read_status(path):
+    """The events RUNNER wrote (a list of dicts), at most STATUS_MAX_BYTES read; lines that are not JSON skipped."""
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read(STATUS_MAX_BYTES)
+    except (IOError, OSError):
+        return []
+    events = []
+    for line in raw.decode('utf-8', 'replace').splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _log(argv, rc, stdout, stderr, note=''):
+    return ('%s\nexit status %s%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n'
+            % (' '.join(argv), rc, ' (%s)' % note if note else '', _tail(stdout), _tail(stderr)))
+
+
+def run_in_one_process(run_command, settings, clock=time.monotonic):
+    """Every level in one process of ``settings['python']`` running RUNNER; the same result as run_sweep's.
+
+    Each level gets ``level_timeout`` seconds, at most what is left of ``sweep_timeout`` (SIGALRM in the process);
+    the process as a whole the sum of the level limits, at most ``sweep_timeout``, under coreutils' ``timeout``.
+    Returns None, having run no level, when the interpreter has no ``vllm bench serve`` to call
+    (RUNNER_UNAVAILABLE): the caller runs one process per level. Each level's ``argv`` is the ``vllm bench serve``
+    command that runs the same level on its own.
+    """
+    sweep_timeout = settings.get('sweep_timeout') or 0
+    plan = []
+    for concurrency, num_prompts in zip(settings['concurrency'], settings['num_prompts']):
+        argv = level_argv(settings, concurrency, num_prompts)
+        # (level_argv: timeout, --kill-after, LIMIT, vllm, bench, serve, then the arguments of vllm bench serve)
+        plan.append({'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'args': argv[6:]})
+    budget = settings['level_timeout'] * len(plan)
+    if sweep_timeout:
+        budget = min(budget, sweep_timeout)
+    work = tempfile.mkdtemp(prefix='gpufleet-bench-')
+    try:
+        plan_path = os.path.join(work, 'plan.json')
+        status_path = os.path.join(work, 'status.jsonl')
+        with open(plan_path, 'w') as handle:
+            json.dump({'sweep_timeout': int(sweep_timeout),
+                       'levels': [{'concurrency': level['concurrency'], 'limit': int(settings['level_timeout']),
+                                   'args': level['args']} for level in plan]}, handle)
+        argv = [settings.get('timeout_executable') or 'timeout', '--kill-after=%d' % KILL_AFTER,
+                str(int(budget) + BACKSTOP_GRACE), settings['python'], '-c', RUNNER, plan_path, status_path]
+        started = clock()
+        rc, stdout, stderr = run_command(argv)
+        total = clock() - started
+        events = _read_status(status_path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if rc == RUNNER_UNAVAILABLE and any(e.get('event') == 'unavailable' for e in events):
+        return None
+    shown_argv = argv[:4] + ['-c', '<the one-process sweep of gpufleet.vllm>'] + argv[6:]
+    starts = dict((e.get('concurrency'), e) for e in events if e.get('event') == 'start')
+    ends = dict((e.get('concurrency'), e) for e in events if e.get('event') == 'end')
+    out_of_time = [e.get('concurrency') for e in events if e.get('event') == 'out_of_time']
+    levels = []
+    files = {}
+    failure = None
+    failed_concurrency = None
+    max_bytes = settings.get('result_max_bytes') or RESULT_MAX_BYTES
+    for level in plan:
+        concurrency = level['concurrency']
+        if concurrency in out_of_time:
+            failure, failed_concurrency = _out_of_time(settings, concurrency, levels), concurrency
+            break
+        if concurrency not in starts:
+            # (the process ended before this level started: it could not start, or was killed)
+            over = ', over the limit of %s s' % budget if rc in TIMEOUT_STATUSES else ''
+            failure = ('vllm bench serve failed before concurrency %d (exit status %s%s): %s.'
+                       % (concurrency, rc, over, _last_words(stdout, stderr).rstrip('.')))
+            failed_concurrency = concurrency
+            files[LOG_NAME % concurrency] = _log(shown_argv, rc, stdout, stderr)
+            break
+        limit = starts[concurrency].get('limit') or settings['level_timeout']
+        end = ends.get(concurrency)
+        # (started, never ended: the process was killed in this level, by coreutils' timeout or the backstop)
+        level_rc = end.get('rc') if end else (rc or 137)
+        if not isinstance(level_rc, int) or isinstance(level_rc, bool):
+            level_rc = 1
+        error = end.get('error') if end else 'killed with the sweep (exit status %s)' % rc
+        seconds = end.get('seconds') if end else None
+        entry = {'concurrency': concurrency, 'num_prompts': level['num_prompts'], 'argv': level['argv'],
+                 'rc': level_rc, 'seconds': round(float(seconds), 3) if isinstance(seconds, (int, float)) else 0.0,
+                 'result_file': os.path.join(settings['result_dir'], RESULT_NAME % concurrency),
+                 'row': None, 'ok': False}
+        problem = _judge(settings, entry, level_rc, stdout, stderr or error or '', limit, files, max_bytes)
+        if problem:
+            files[LOG_NAME % concurrency] = _log(level['argv'], level_rc, stdout, stderr, note=error)
+            failure = problem
+            failed_concurrency = concurrency
+        else:
+            entry['ok'] = True
+        levels.append(entry)
+        if failure:
+            break
+    return _finish(levels, files, failure, failed_concurrency, total, 'one process')

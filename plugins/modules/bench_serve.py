@@ -21,6 +21,12 @@ description:
     can keep the results of the levels before it. A level fails when C(vllm bench serve) exits non-zero (or runs
     over O(level_timeout)), leaves no result file, or any of its requests failed (C(vllm bench serve) exits 0 even
     when every request failed; the result's C(failed) field is read).
+  - With O(one_process) (the default), every level runs in one Python process of the environment - the interpreter
+    the C(#!) line of O(executable) names - through what C(vllm bench serve) itself calls (vLLM's
+    C(vllm.benchmarks.serve): its argument parser, then its C(main) once per level, with the same arguments as the
+    command), so vLLM is imported once, not once per level (about 15 seconds each on a CPU core). A level still
+    gets O(level_timeout) seconds. An environment whose vLLM has no such entry, or an O(executable) that is not a
+    Python console script, runs one C(vllm bench serve) per level (RV(runner) says which).
   - Returns the text of every result file in RV(files) and the parsed figures in RV(levels[].row), so that the whole
     sweep costs one task. Each run is an argument list under coreutils C(timeout), never a shell, in a session of
     its own; should it outlive C(timeout) by 45 seconds, the module kills its whole process group.
@@ -113,6 +119,12 @@ options:
     description: Environment variables of C(vllm bench serve), added to the module's environment.
     type: dict
     default: {}
+  one_process:
+    description:
+      - Run every level in one Python process of the environment (vLLM imported once); V(false) runs one
+        C(vllm bench serve) per level.
+    type: bool
+    default: true
   level_timeout:
     description: Wall-clock limit of one level in seconds.
     type: int
@@ -207,6 +219,11 @@ check_mode:
   returned: success
   type: bool
   sample: false
+runner:
+  description: How the levels ran - C(one process) (O(one_process)) or C(one process per level).
+  returned: when the sweep ran
+  type: str
+  sample: one process
 levels:
   description: One entry per level that ran, in order; the last one is the failed level when RV(failure) is set.
   returned: always
@@ -220,7 +237,7 @@ levels:
       description: C(--num-prompts).
       type: int
     argv:
-      description: The command.
+      description: The command (with O(one_process), the C(vllm bench serve) command that runs the same level on its own).
       type: list
       elements: str
     rc:
@@ -354,6 +371,7 @@ def main():
             extra_args=dict(type='list', elements='str', default=[]),
             metadata=dict(type='dict', default={}),
             environment=dict(type='dict', default={}),
+            one_process=dict(type='bool', default=True),
             level_timeout=dict(type='int', default=1800),
             ready_timeout=dict(type='int', default=60),
             sweep_timeout=dict(type='int', default=14400),
@@ -438,6 +456,8 @@ def main():
     def run(argv):
         return bench_sweep.run_capped(argv, environ_update=environ, limit=bench_sweep.backstop(argv), tail_bytes=tail_bytes)
 
+    # (one process for every level: the interpreter of the vllm console script, when it is one)
+    settings['python'] = bench_sweep.interpreter_of(params['executable']) if params['one_process'] else None
     sweep = bench_sweep.run_sweep(run, settings)
     sweep['files'] = dict((name, text) for name, text in sweep['files'].items() if len(text) <= MAX_RESULT_BYTES)
     result.update(sweep)

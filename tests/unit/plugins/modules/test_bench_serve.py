@@ -224,6 +224,8 @@ def test_module_runs_the_sweep_and_returns_the_files(tmp_path, standin_server, f
     results = tmp_path / 'results' / 'run1'
     assert (results / 'env-1').read_text() == 'cpu s3cret'  # environment and the API key reach vllm
     assert 's3cret' not in json.dumps(result['levels'])
+    # (its interpreter has no vllm.benchmarks.serve to call: one vllm bench serve per level, as asked)
+    assert result['runner'] == 'one process per level'
 
 
 def test_module_stops_at_the_failed_level_without_failing(tmp_path, standin_server, fake_vllm, run):
@@ -287,3 +289,161 @@ def test_module_refuses_a_quantisation_that_is_not_a_plain_name(tmp_path, standi
     assert code == 1 and result['msg'].startswith("Refusing to run vllm bench serve: quantisation 'nv fp4' is not a "
                                                   "plain name")
     assert not (tmp_path / 'results').exists()
+
+
+# --------------------------------------------------------------------------- every level in one process
+
+FAKE_SERVE = """import json, os, shutil, sys, time
+RECORDED = %r
+FIXTURES = %r
+
+
+def add_cli_args(parser):
+    for name in ('--backend', '--base-url', '--endpoint', '--model', '--tokenizer', '--dataset-name',
+                 '--random-input-len', '--random-output-len', '--num-prompts', '--max-concurrency', '--seed',
+                 '--percentile-metrics', '--metric-percentiles', '--result-dir', '--result-filename', '--temperature'):
+        parser.add_argument(name)
+    parser.add_argument('--metadata', nargs='*')
+    for flag in ('--save-result', '--disable-tqdm', '--ignore-eos', '--trust-remote-code'):
+        parser.add_argument(flag, action='store_true')
+
+
+def main(args):
+    level = int(args.max_concurrency)
+    target = os.path.join(args.result_dir, args.result_filename)
+    with open(os.path.join(args.result_dir, 'pid-%%d' %% level), 'w') as handle:
+        handle.write('%%d %%s' %% (os.getpid(), os.environ.get('VLLM_TARGET_DEVICE', '')))
+    behaviour = os.environ.get('FAKE_BENCH_%%d' %% level, '')
+    if behaviour == 'hang':
+        time.sleep(600)
+    if behaviour == 'slow':
+        # (a level that holds off the runner's alarm, and ends past what is left of the sweep)
+        import signal
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(3.5)
+    if behaviour == 'raise':
+        raise RuntimeError('the tokenizer could not be read at concurrency %%d' %% level)
+    if behaviour == 'exit':
+        sys.exit(2)
+    shutil.copy(os.path.join(FIXTURES, RECORDED[level]), target)
+    print('============ Serving Benchmark Result ============')
+""" % (dict(RECORDED), FIXTURES)
+
+
+@pytest.fixture
+def vllm_package(tmp_path):
+    """A vllm package whose vllm.benchmarks.serve does what the real one does to the result directory."""
+    root = tmp_path / 'pkg'
+    for name, text in (('vllm/__init__.py', ''), ('vllm/benchmarks/__init__.py', ''),
+                       ('vllm/benchmarks/serve.py', FAKE_SERVE), ('vllm/utils/__init__.py', ''),
+                       ('vllm/utils/argparse_utils.py', 'import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n')):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return str(root)
+
+
+def one_process_args(tmp_path, url, executable, package, **environment):
+    return module_args(tmp_path, url, executable, concurrency=[1, 64], num_prompts=[4, 128],
+                       environment=dict({'VLLM_TARGET_DEVICE': 'cpu', 'PYTHONPATH': package}, **environment))
+
+
+def pids(tmp_path):
+    results = tmp_path / 'results' / 'run1'
+    return dict((int(p.name[4:]), p.read_text().split()[0]) for p in results.glob('pid-*'))
+
+
+def test_every_level_runs_in_one_process_through_vllms_own_entry(tmp_path, standin_server, fake_vllm, vllm_package,
+                                                                 run):
+    code, result = run(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package))
+    assert code == 0 and result['failure'] is None, result
+    assert result['runner'] == 'one process'
+    assert [level['row']['concurrency'] for level in result['levels']] == [1, 64]
+    assert sorted(result['files']) == ['c1.json', 'c64.json']
+    # one process (vLLM imported once), with the environment given
+    ran = pids(tmp_path)
+    assert sorted(ran) == [1, 64] and ran[1] == ran[64]
+    assert (tmp_path / 'results' / 'run1' / 'pid-1').read_text().endswith(' cpu')
+    # each level's command is the vllm bench serve that runs it on its own
+    assert result['levels'][1]['argv'][3:6] == [fake_vllm, 'bench', 'serve']
+    assert result['levels'][1]['argv'][result['levels'][1]['argv'].index('--max-concurrency') + 1] == '64'
+    assert all(level['rc'] == 0 and level['seconds'] >= 0 for level in result['levels'])
+
+
+def test_one_process_false_runs_one_vllm_bench_serve_per_level(tmp_path, standin_server, fake_vllm, vllm_package,
+                                                                 run):
+    args = one_process_args(tmp_path, standin_server, fake_vllm, vllm_package)
+    code, result = run(dict(args, one_process=False))
+    assert code == 0 and result['failure'] is None and result['runner'] == 'one process per level'
+    assert not pids(tmp_path)  # the script ran, not the package's main
+
+
+@pytest.mark.parametrize('behaviour, words', [
+    ('raise', 'vllm bench serve failed at concurrency 64 (exit status 1): '),
+    ('exit', 'vllm bench serve failed at concurrency 64 (exit status 2): '),
+])
+def test_a_failing_level_stops_the_sweep_and_keeps_the_levels_before(tmp_path, standin_server, fake_vllm,
+                                                                      vllm_package, run, behaviour, words):
+    code, result = run(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64=behaviour))
+    assert code == 0 and result['runner'] == 'one process'
+    assert result['failed_concurrency'] == 64 and result['failure'].startswith(words), result['failure']
+    assert [level['ok'] for level in result['levels']] == [True, False]
+    assert sorted(result['files']) == ['c1.json', 'c64.log']
+    if behaviour == 'raise':
+        assert 'RuntimeError: the tokenizer could not be read at concurrency 64' in result['failure']
+        assert 'RuntimeError' in result['files']['c64.log']
+
+
+def test_a_level_over_its_limit_is_stopped_in_the_process(tmp_path, standin_server, fake_vllm, vllm_package, run):
+    started = time.monotonic()
+    code, result = run(dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64='hang'),
+                            level_timeout=2))
+    assert time.monotonic() - started < 60
+    assert result['failed_concurrency'] == 64 and result['levels'][1]['rc'] == 124
+    assert result['failure'].startswith('vllm bench serve failed at concurrency 64 (exit status 124, over the limit '
+                                        'of 2 s)'), result['failure']
+    assert result['levels'][0]['ok'] is True
+
+
+def test_the_sweep_limit_stops_before_a_level_with_the_ones_done_kept(tmp_path, standin_server, fake_vllm,
+                                                                      vllm_package, run):
+    code, result = run(dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_1='slow'),
+                            sweep_timeout=4))
+    assert result['failed_concurrency'] == 64 and [level['ok'] for level in result['levels']] == [True], result
+    assert result['failure'].startswith('The sweep used up its time limit (sweep_timeout 4 s) before concurrency 64; '
+                                        'levels 1 completed and were kept.'), result['failure']
+
+
+def test_a_process_killed_before_a_level_says_so(tmp_path, monkeypatch):
+    # (the runner never wrote a start: coreutils' timeout or the backstop killed it while vLLM was imported)
+    def killed(argv):
+        return 137, '', 'Killed\n'
+    sweep = bench_sweep.run_sweep(killed, settings(tmp_path, python=sys.executable, sweep_timeout=100))
+    assert sweep['runner'] == 'one process' and sweep['levels'] == [] and sweep['failed_concurrency'] == 1
+    assert sweep['failure'] == 'vllm bench serve failed before concurrency 1 (exit status 137, over the limit of 100 s): Killed.'
+    assert 'c1.log' in sweep['files'] and '<the one-process sweep of gpufleet.vllm>' in sweep['files']['c1.log']
+
+
+def test_the_interpreter_is_the_console_scripts_own_python(tmp_path):
+    script = tmp_path / 'vllm'
+    script.write_text('#!%s\nimport sys\n' % sys.executable)
+    assert bench_sweep.interpreter_of(str(script)) == sys.executable
+    for head in ('#!/bin/sh\nexec python "$0"\n', '#!/usr/bin/env python3\n', '#!relative/python\n',
+                 '\x7fELF', '#!/nonexistent/bin/python3\n', '#!%s -I\n' % sys.executable):
+        script.write_text(head)
+        assert bench_sweep.interpreter_of(str(script)) is None, head
+    assert bench_sweep.interpreter_of(str(tmp_path / 'missing')) is None
+    # uv's relocatable console script: the python beside it (links resolved as the script resolves them)
+    env = tmp_path / 'env' / 'bin'
+    env.mkdir(parents=True)
+    (env / 'python').symlink_to(sys.executable)
+    uv_script = env / 'vllm'
+    uv_script.write_text('#!/bin/sh\n\'\'\'exec\' "$(dirname -- "$(realpath -- "$0")")"/\'python\' "$0" "$@"\n\' \'\'\'\n'
+                         'import sys\n')
+    assert bench_sweep.interpreter_of(str(uv_script)) == str(env / 'python')
+    (tmp_path / 'vllm-link').symlink_to(uv_script)
+    assert bench_sweep.interpreter_of(str(tmp_path / 'vllm-link')) == str(env / 'python')
+    # pip's, for a long path: the python it names
+    script.write_text('#!/bin/sh\n\'\'\'exec\' "%s" "$0" "$@"\n\' \'\'\'\n' % sys.executable)
+    assert bench_sweep.interpreter_of(str(script)) == sys.executable
+    script.write_text('#!/bin/sh\n\'\'\'exec\' "/bin/rm" "$0" "$@"\n\' \'\'\'\n')
+    assert bench_sweep.interpreter_of(str(script)) is None
