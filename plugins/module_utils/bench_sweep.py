@@ -247,6 +247,21 @@ def _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes):
     return None
 
 
+def _level(settings, level, argv, rc, seconds, stdout, stderr, limit, files, max_bytes, note=None):
+    """One level that ran: (its entry, its problem or None); the result file read into FILES, the log of a failed
+    level (its command ARGV, the exit status, NOTE, the tails of STDOUT and STDERR) written there too."""
+    concurrency, num_prompts = level
+    entry = {'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'rc': rc,
+             'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'], RESULT_NAME % concurrency),
+             'row': None, 'ok': False}
+    problem = _judge(settings, entry, rc, stdout, stderr or note or '', limit, files, max_bytes)
+    if problem:
+        files[LOG_NAME % concurrency] = _log(argv, rc, stdout, stderr, note=note)
+    else:
+        entry['ok'] = True
+    return entry, problem
+
+
 def _out_of_time(settings, concurrency, levels):
     done = [level['concurrency'] for level in levels]
     return ('The sweep used up its time limit (sweep_timeout %s s) before concurrency %d; %s. '
@@ -300,20 +315,11 @@ def run_sweep(run_command, settings, clock=time.monotonic):
         rc, stdout, stderr = run_command(argv)
         seconds = clock() - started
         total += seconds
-        entry = {'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'rc': rc,
-                 'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'],
-                                                                          RESULT_NAME % concurrency),
-                 'row': None, 'ok': False}
-        problem = _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes)
-        if problem:
-            files[LOG_NAME % concurrency] = ('%s\nexit status %s\n--- stdout ---\n%s\n--- stderr ---\n%s\n'
-                                             % (' '.join(argv), rc, _tail(stdout), _tail(stderr)))
-            failure = problem
-            failed_concurrency = concurrency
-        else:
-            entry['ok'] = True
+        entry, failure = _level(settings, (concurrency, num_prompts), argv, rc, seconds, stdout, stderr, limit, files,
+                                max_bytes)
         levels.append(entry)
         if failure:
+            failed_concurrency = concurrency
             break
     return _finish(levels, files, failure, failed_concurrency, total, 'one process per level')
 
@@ -513,18 +519,11 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
             level_rc = 1
         error = end.get('error') if end else 'killed with the sweep (exit status %s)' % rc
         seconds = end.get('seconds') if end else None
-        entry = {'concurrency': concurrency, 'num_prompts': level['num_prompts'], 'argv': level['argv'],
-                 'rc': level_rc, 'seconds': round(float(seconds), 3) if isinstance(seconds, (int, float)) else 0.0,
-                 'result_file': os.path.join(settings['result_dir'], RESULT_NAME % concurrency),
-                 'row': None, 'ok': False}
-        problem = _judge(settings, entry, level_rc, stdout, stderr or error or '', limit, files, max_bytes)
-        if problem:
-            files[LOG_NAME % concurrency] = _log(level['argv'], level_rc, stdout, stderr, note=error)
-            failure = problem
-            failed_concurrency = concurrency
-        else:
-            entry['ok'] = True
+        entry, failure = _level(settings, (concurrency, level['num_prompts']), level['argv'], level_rc,
+                                float(seconds) if isinstance(seconds, (int, float)) else 0.0, stdout, stderr, limit,
+                                files, max_bytes, note=error)
         levels.append(entry)
         if failure:
+            failed_concurrency = concurrency
             break
     return _finish(levels, files, failure, failed_concurrency, total, 'one process')
