@@ -332,7 +332,7 @@ def run_sweep(run_command, settings, clock=time.monotonic):
 #: it may take and the arguments after ``vllm bench serve``) and the status file it appends one JSON line to as
 #: each level starts and ends. A level gets its own limit, at most what is left of the sweep's (SIGALRM).
 RUNNER = r"""
-import json, signal, sys, time, traceback
+import json, os, signal, sys, time, traceback
 plan_path, status_path = sys.argv[1], sys.argv[2]
 def note(**event):
     with open(status_path, 'a') as handle:
@@ -360,7 +360,7 @@ for level in plan['levels']:
         left = int(plan['sweep_timeout'] - (time.monotonic() - sweep_started))
         if left < 1:
             note(event='out_of_time', concurrency=level['concurrency'])
-            sys.exit(0)
+            os._exit(0)
         limit = min(limit, left)
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
@@ -385,7 +385,9 @@ for level in plan['levels']:
     sys.stderr.flush()
     note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - started, error=error)
     if rc != 0:
-        sys.exit(rc)
+        os._exit(rc)
+# (no wait at exit for what a level left running, a thread or a pool: every level is done and noted)
+os._exit(0)
 """
 #: The exit status of RUNNER when the interpreter has no vllm bench serve to call (the sweep then runs per level)
 RUNNER_UNAVAILABLE = 3

@@ -21,10 +21,10 @@ description:
     can keep the results of the levels before it. A level fails when C(vllm bench serve) exits non-zero (or runs
     over O(level_timeout)), leaves no result file, or any of its requests failed (C(vllm bench serve) exits 0 even
     when every request failed; the result's C(failed) field is read).
-  - With O(one_process) (the default), every level runs in one Python process of the environment - the interpreter
-    the C(#!) line of O(executable) names - through what C(vllm bench serve) itself calls (vLLM's
-    C(vllm.benchmarks.serve): its argument parser, then its C(main) once per level, with the same arguments as the
-    command), so vLLM is imported once, not once per level (about 15 seconds each on a CPU core). A level still
+  - With O(one_process) (the default), every level runs in one Python process of the environment (the interpreter
+    the C(#!) line of O(executable) names) through what C(vllm bench serve) itself calls, vLLM's
+    C(vllm.benchmarks.serve) argument parser and then its C(main) once per level, with the same arguments as the
+    command. So vLLM is imported once, not once per level (about 15 seconds each on a CPU core). A level still
     gets O(level_timeout) seconds. An environment whose vLLM has no such entry, or an O(executable) that is not a
     Python console script, runs one C(vllm bench serve) per level (RV(runner) says which).
   - Returns the text of every result file in RV(files) and the parsed figures in RV(levels[].row), so that the whole

@@ -114,8 +114,8 @@ options:
   allowed_unit:
     description:
       - A systemd unit, such as the vLLM unit, whose main process may use the GPUs together with all its descendants,
-        as O(allowed_parent_pid): its C(MainPID) is read here, just before the GPUs, so it is never a stale one. A
-        unit that is not loaded or does not run allows nothing.
+        as with O(allowed_parent_pid). Its C(MainPID) is read here, just before the GPUs, so it is never a stale one.
+        A unit that is not loaded or does not run allows nothing.
       - The name as C(systemctl) takes it (C(vllm-kimi-k25) is C(vllm-kimi-k25.service)).
     type: str
   allowed_unit_dir:

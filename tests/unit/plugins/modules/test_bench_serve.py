@@ -325,6 +325,10 @@ def main(args):
         raise RuntimeError('the tokenizer could not be read at concurrency %%d' %% level)
     if behaviour == 'exit':
         sys.exit(2)
+    if behaviour == 'thread':
+        # (a level that leaves a thread running, as a pool a benchmark forgot to shut down)
+        import threading
+        threading.Thread(target=time.sleep, args=(600,)).start()
     shutil.copy(os.path.join(FIXTURES, RECORDED[level]), target)
     print('============ Serving Benchmark Result ============')
 """ % (dict(RECORDED), FIXTURES)
@@ -370,7 +374,7 @@ def test_every_level_runs_in_one_process_through_vllms_own_entry(tmp_path, stand
 
 
 def test_one_process_false_runs_one_vllm_bench_serve_per_level(tmp_path, standin_server, fake_vllm, vllm_package,
-                                                                 run):
+                                                                run):
     args = one_process_args(tmp_path, standin_server, fake_vllm, vllm_package)
     code, result = run(dict(args, one_process=False))
     assert code == 0 and result['failure'] is None and result['runner'] == 'one process per level'
@@ -382,7 +386,7 @@ def test_one_process_false_runs_one_vllm_bench_serve_per_level(tmp_path, standin
     ('exit', 'vllm bench serve failed at concurrency 64 (exit status 2): '),
 ])
 def test_a_failing_level_stops_the_sweep_and_keeps_the_levels_before(tmp_path, standin_server, fake_vllm,
-                                                                      vllm_package, run, behaviour, words):
+                                                                     vllm_package, run, behaviour, words):
     code, result = run(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64=behaviour))
     assert code == 0 and result['runner'] == 'one process'
     assert result['failed_concurrency'] == 64 and result['failure'].startswith(words), result['failure']
@@ -391,6 +395,16 @@ def test_a_failing_level_stops_the_sweep_and_keeps_the_levels_before(tmp_path, s
     if behaviour == 'raise':
         assert 'RuntimeError: the tokenizer could not be read at concurrency 64' in result['failure']
         assert 'RuntimeError' in result['files']['c64.log']
+
+
+def test_a_thread_a_level_leaves_running_does_not_hold_the_sweep(tmp_path, standin_server, fake_vllm, vllm_package,
+                                                                 run):
+    started = time.monotonic()
+    # (5 s a level: a process that waited for the thread at exit would be killed by coreutils' timeout at 25 s)
+    code, result = run(dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64='thread'),
+                            level_timeout=5))
+    assert code == 0 and result['failure'] is None and result['runner'] == 'one process'
+    assert time.monotonic() - started < 20
 
 
 def test_a_level_over_its_limit_is_stopped_in_the_process(tmp_path, standin_server, fake_vllm, vllm_package, run):
