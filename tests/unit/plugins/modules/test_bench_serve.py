@@ -374,7 +374,7 @@ def test_every_level_runs_in_one_process_through_vllms_own_entry(tmp_path, stand
 
 
 def test_one_process_false_runs_one_vllm_bench_serve_per_level(tmp_path, standin_server, fake_vllm, vllm_package,
-                                                                run):
+                                                               run):
     args = one_process_args(tmp_path, standin_server, fake_vllm, vllm_package)
     code, result = run(dict(args, one_process=False))
     assert code == 0 and result['failure'] is None and result['runner'] == 'one process per level'
