@@ -16,17 +16,18 @@ when every request failed).
 With ``settings['python']`` (the interpreter of the bench environment, from the
 ``#!`` line of the ``vllm`` console script: :func:`interpreter_of`), every
 level runs in one process of it (:func:`run_in_one_process`): :data:`RUNNER`
-calls what ``vllm bench serve`` itself calls, ``vllm.benchmarks.serve``'s
-``add_cli_args`` and ``main``, once per level with the same arguments, so that
-vLLM is imported once; each level has its own time limit (SIGALRM), the
-process the sum under coreutils' ``timeout``. A vLLM without that entry runs
-one command per level.
+runs vLLM's CLI ``main``, what the console script runs, with ``sys.argv`` set
+to each level's ``vllm bench serve`` command, so that vLLM is imported once;
+each level has its own time limit (SIGALRM, the process exits at it), the
+process a bound of its own under coreutils' ``timeout``. Where vLLM's CLI
+cannot be imported, or ``VLLM_USE_RUST_BENCH`` makes ``vllm bench serve`` a
+process of its own, each level runs its own command (runner_note says why).
 
 Public API:
 
 * ``level_argv(settings, concurrency, num_prompts) -> list``
 * ``run_sweep(run_command, settings, clock=time.monotonic) -> dict``
-* ``run_in_one_process(run_command, settings, clock=time.monotonic) -> dict or None``
+* ``run_in_one_process(run_command, settings, clock=time.monotonic) -> dict``
 * ``interpreter_of(executable) -> path or None``
 * ``run_capped(argv, environ_update=None, limit=None, tail_bytes=TAIL_BYTES) -> (rc, stdout, stderr)``
 * ``backstop(argv) -> seconds`` (the Python-side limit of a level's command)
@@ -254,7 +255,9 @@ def _level(settings, level, argv, rc, seconds, stdout, stderr, limit, files, max
     entry = {'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'rc': rc,
              'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'], RESULT_NAME % concurrency),
              'row': None, 'ok': False}
-    problem = _judge(settings, entry, rc, stdout, stderr or note or '', limit, files, max_bytes)
+    # (the runner's note of what ended the level comes last: the failure's last words end with it)
+    problem = _judge(settings, entry, rc, stdout, '%s\n%s' % (stderr, note) if note else stderr, limit, files,
+                     max_bytes)
     if problem:
         files[LOG_NAME % concurrency] = _log(argv, rc, stdout, stderr, note=note)
     else:
@@ -286,20 +289,25 @@ def run_sweep(run_command, settings, clock=time.monotonic):
     result_file, row (parsed, or None), ok), files (``c<level>.json``: the
     text of each result file; ``c<level>.log``: command, exit status and the
     last lines of stdout and stderr of the failed level), failure (a
-    sentence, or None), failed_concurrency, bench_seconds and runner
-    (``one process`` or ``one process per level``).
+    sentence, or None), failed_concurrency, bench_seconds, runner
+    (``one process`` or ``one process per level``) and, when one process
+    was asked for but not possible, runner_note (why).
     """
+    sweep_started = clock()
+    runner_note = None
     if settings.get('python'):
         swept = run_in_one_process(run_command, settings, clock=clock)
-        if swept is not None:
+        if swept.get('runner') == 'one process':
             return swept
+        # (the time the attempt took counts: sweep_timeout is the whole sweep's)
+        runner_note = swept.get('runner_note')
     levels = []
     files = {}
     failure = None
     failed_concurrency = None
     total = 0.0
     sweep_timeout = settings.get('sweep_timeout')
-    deadline = clock() + sweep_timeout if sweep_timeout else None
+    deadline = sweep_started + sweep_timeout if sweep_timeout else None
     max_bytes = settings.get('result_max_bytes') or RESULT_MAX_BYTES
     for concurrency, num_prompts in zip(settings['concurrency'], settings['num_prompts']):
         limit = settings['level_timeout']
@@ -321,76 +329,101 @@ def run_sweep(run_command, settings, clock=time.monotonic):
         if failure:
             failed_concurrency = concurrency
             break
-    return _finish(levels, files, failure, failed_concurrency, total, 'one process per level')
+    swept = _finish(levels, files, failure, failed_concurrency, total, 'one process per level')
+    if runner_note:
+        swept['runner_note'] = runner_note
+    return swept
 
 
 # ---------------------------------------------------------------- every level in one process
 
-#: The program the bench environment's Python runs for a sweep in one process: vLLM's own ``vllm bench serve``
-#: (its parser, ``add_cli_args``, and its ``main``, what the command calls), once per level, vLLM imported once.
-#: argv: the plan file (JSON: the sweep's limit in seconds, 0 for none, and per level the concurrency, the seconds
-#: it may take and the arguments after ``vllm bench serve``) and the status file it appends one JSON line to as
-#: each level starts and ends. A level gets its own limit, at most what is left of the sweep's (SIGALRM).
+#: The program the bench environment's Python runs for a sweep in one process (a file in a private temporary
+#: directory, so that nothing in the working directory is imported): ``vllm bench serve`` as its console script
+#: runs it, vLLM's CLI ``main`` with ``sys.argv`` set to the command, once per level, vLLM imported once.
+#: argv: the plan file (JSON: the executable, the sweep's deadline in seconds since the epoch, 0 for none, and per
+#: level the concurrency, the seconds it may take and the arguments after ``vllm bench serve``) and the status
+#: file it appends one JSON line to as each level starts and ends. A level gets its own limit, at most what is left
+#: of the sweep's; at the limit the process notes the level over it and exits at once, wherever vLLM was
+#: (its event loop would swallow an exception raised in one of its callbacks).
 RUNNER = r"""
 import json, os, signal, sys, time, traceback
 plan_path, status_path = sys.argv[1], sys.argv[2]
+current = {}
+
+
 def note(**event):
     with open(status_path, 'a') as handle:
         handle.write(json.dumps(event) + '\n')
+
+
+def leave(rc):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(rc)
+
+
 with open(plan_path) as handle:
     plan = json.load(handle)
 try:
-    from vllm.benchmarks.serve import add_cli_args, main
-    try:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
-        from vllm.utils import FlexibleArgumentParser
+    from vllm.entrypoints.cli.main import main as cli_main
 except Exception as exc:
-    note(event='unavailable', error='%s: %s' % (type(exc).__name__, exc))
-    sys.exit(3)
-class LevelTimeout(BaseException):
-    pass
+    note(event='unavailable', error="vLLM's CLI cannot be imported here (%s: %s)" % (type(exc).__name__, exc))
+    leave(3)
+try:
+    from vllm import envs
+    rust = bool(getattr(envs, 'VLLM_USE_RUST_BENCH', False))
+except Exception:
+    rust = False
+if rust:
+    note(event='unavailable', error='VLLM_USE_RUST_BENCH is set: vllm bench serve runs the Rust client, a process of its own')
+    leave(3)
+
+
 def expired(signum, frame):
-    raise LevelTimeout()
+    note(event='end', concurrency=current['concurrency'], rc=124, seconds=time.monotonic() - current['started'],
+         error='over the limit of %d s' % current['limit'])
+    leave(124)
+
+
 signal.signal(signal.SIGALRM, expired)
-sweep_started = time.monotonic()
 for level in plan['levels']:
     limit = level['limit']
-    if plan['sweep_timeout']:
-        left = int(plan['sweep_timeout'] - (time.monotonic() - sweep_started))
+    if plan['deadline']:
+        left = int(plan['deadline'] - time.time())
         if left < 1:
             note(event='out_of_time', concurrency=level['concurrency'])
-            os._exit(0)
+            leave(0)
         limit = min(limit, left)
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    args = parser.parse_args(level['args'])
+    current.update(concurrency=level['concurrency'], started=time.monotonic(), limit=limit)
     note(event='start', concurrency=level['concurrency'], limit=limit)
-    started = time.monotonic()
     signal.alarm(limit)
     try:
-        main(args)
+        sys.argv = [plan['executable'], 'bench', 'serve'] + level['args']
+        cli_main()
         rc, error = 0, None
-    except LevelTimeout:
-        rc, error = 124, 'over the limit of %d s' % limit
     except SystemExit as exc:
-        rc = exc.code if isinstance(exc.code, int) else 1
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         error = None if rc == 0 else 'vllm bench serve exited with %r' % (exc.code,)
     except BaseException as exc:
         traceback.print_exc()
         rc, error = 1, '%s: %s' % (type(exc).__name__, exc)
-    finally:
-        signal.alarm(0)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - started, error=error)
+    signal.alarm(0)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - current['started'],
+         error=error)
     if rc != 0:
-        os._exit(rc)
+        leave(rc)
 # (no wait at exit for what a level left running, a thread or a pool: every level is done and noted)
-os._exit(0)
+leave(0)
 """
-#: The exit status of RUNNER when the interpreter has no vllm bench serve to call (the sweep then runs per level)
+#: The exit status of RUNNER when one process is not possible (the sweep then runs one process per level)
 RUNNER_UNAVAILABLE = 3
+#: Seconds the one process may take beyond its levels' limits (vLLM's import, about 15 s on a CPU core)
+IMPORT_ALLOWANCE = 120
 STATUS_MAX_BYTES = 1024 * 1024
 SHEBANG_MAX_BYTES = 512
 _PYTHON = re.compile(r'^python[0-9.]*$')
@@ -399,7 +432,7 @@ _PYTHON = re.compile(r'^python[0-9.]*$')
 #: The second line of a console script that uv (relocatable) or pip (long paths) write for ``#!/bin/sh``: the
 #: Python beside the script, or the one it names
 _TRAMPOLINE_BESIDE = re.compile(r"""^'\'\'exec' "\$\(dirname -- "\$\(realpath -- "\$0"\)"\)"/'(python[0-9.]*)' "\$0" "\$@"$""")
-_TRAMPOLINE_NAMED = re.compile(r"""^'\'\'exec' (["'])(/[^"']+)\1 "\$0" "\$@"$""")
+_TRAMPOLINE_NAMED = re.compile(r"""^'\'\'exec' (?:(["'])(/[^"']+)\1|(/\S+)) "\$0" "\$@"$""")
 
 
 def interpreter_of(executable):
@@ -425,8 +458,8 @@ def interpreter_of(executable):
         named = _TRAMPOLINE_NAMED.match(lines[1])
         if beside:
             python = os.path.join(os.path.dirname(os.path.realpath(executable)), beside.group(1))
-        elif named and _PYTHON.match(os.path.basename(named.group(2))):
-            python = named.group(2)
+        elif named and _PYTHON.match(os.path.basename(named.group(2) or named.group(3))):
+            python = named.group(2) or named.group(3)
     if python and os.path.isfile(python) and os.access(python, os.X_OK):
         return python
     return None
@@ -458,40 +491,46 @@ def _log(argv, rc, stdout, stderr, note=''):
 def run_in_one_process(run_command, settings, clock=time.monotonic):
     """Every level in one process of ``settings['python']`` running RUNNER; the same result as run_sweep's.
 
-    Each level gets ``level_timeout`` seconds, at most what is left of ``sweep_timeout`` (SIGALRM in the process);
-    the process as a whole the sum of the level limits, at most ``sweep_timeout``, under coreutils' ``timeout``.
-    Returns None, having run no level, when the interpreter has no ``vllm bench serve`` to call
-    (RUNNER_UNAVAILABLE): the caller runs one process per level. Each level's ``argv`` is the ``vllm bench serve``
-    command that runs the same level on its own.
+    Each level gets ``level_timeout`` seconds, at most what is left of ``sweep_timeout`` (counted from the start,
+    vLLM's import included); coreutils' ``timeout`` bounds the process as a whole. When one process is not
+    possible (vLLM's CLI cannot be imported by that interpreter, or ``VLLM_USE_RUST_BENCH`` makes ``vllm bench
+    serve`` a process of its own), no level ran: the result has runner ``not possible`` and runner_note (why), and
+    the caller runs one process per level. Each level's ``argv`` is the ``vllm bench serve`` command that runs
+    the same level on its own, with the limit the level had.
     """
     sweep_timeout = settings.get('sweep_timeout') or 0
     plan = []
     for concurrency, num_prompts in zip(settings['concurrency'], settings['num_prompts']):
         argv = level_argv(settings, concurrency, num_prompts)
         # (level_argv: timeout, --kill-after, LIMIT, vllm, bench, serve, then the arguments of vllm bench serve)
-        plan.append({'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'args': argv[6:]})
-    budget = settings['level_timeout'] * len(plan)
+        plan.append({'concurrency': concurrency, 'num_prompts': num_prompts, 'args': argv[6:]})
+    budget = settings['level_timeout'] * len(plan) + IMPORT_ALLOWANCE
     if sweep_timeout:
-        budget = min(budget, sweep_timeout)
+        budget = min(budget, sweep_timeout + BACKSTOP_GRACE)
     work = tempfile.mkdtemp(prefix='gpufleet-bench-')
     try:
+        runner_path = os.path.join(work, 'sweep.py')
         plan_path = os.path.join(work, 'plan.json')
         status_path = os.path.join(work, 'status.jsonl')
+        with open(runner_path, 'w') as handle:
+            handle.write(RUNNER)
         with open(plan_path, 'w') as handle:
-            json.dump({'sweep_timeout': int(sweep_timeout),
+            json.dump({'executable': settings['executable'],
+                       'deadline': time.time() + sweep_timeout if sweep_timeout else 0,
                        'levels': [{'concurrency': level['concurrency'], 'limit': int(settings['level_timeout']),
                                    'args': level['args']} for level in plan]}, handle)
-        argv = [settings.get('timeout_executable') or 'timeout', '--kill-after=%d' % KILL_AFTER,
-                str(int(budget) + BACKSTOP_GRACE), settings['python'], '-c', RUNNER, plan_path, status_path]
+        argv = [settings.get('timeout_executable') or 'timeout', '--kill-after=%d' % KILL_AFTER, str(int(budget)),
+                settings['python'], runner_path, plan_path, status_path]
         started = clock()
         rc, stdout, stderr = run_command(argv)
         total = clock() - started
         events = _read_status(status_path)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if rc == RUNNER_UNAVAILABLE and any(e.get('event') == 'unavailable' for e in events):
-        return None
-    shown_argv = argv[:4] + ['-c', '<the one-process sweep of gpufleet.vllm>'] + argv[6:]
+    unavailable = [e for e in events if e.get('event') == 'unavailable']
+    if rc == RUNNER_UNAVAILABLE and unavailable:
+        return {'runner': 'not possible', 'runner_note': str(unavailable[0].get('error') or '')[:500]}
+    shown_argv = argv[:4] + ['<the one-process sweep of gpufleet.vllm>'] + argv[5:]
     starts = dict((e.get('concurrency'), e) for e in events if e.get('event') == 'start')
     ends = dict((e.get('concurrency'), e) for e in events if e.get('event') == 'end')
     out_of_time = [e.get('concurrency') for e in events if e.get('event') == 'out_of_time']
@@ -513,7 +552,9 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
             failed_concurrency = concurrency
             files[LOG_NAME % concurrency] = _log(shown_argv, rc, stdout, stderr)
             break
-        limit = starts[concurrency].get('limit') or settings['level_timeout']
+        limit = starts[concurrency].get('limit')
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            limit = settings['level_timeout']
         end = ends.get(concurrency)
         # (started, never ended: the process was killed in this level, by coreutils' timeout or the backstop)
         level_rc = end.get('rc') if end else (rc or 137)
@@ -521,9 +562,10 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
             level_rc = 1
         error = end.get('error') if end else 'killed with the sweep (exit status %s)' % rc
         seconds = end.get('seconds') if end else None
-        entry, failure = _level(settings, (concurrency, level['num_prompts']), level['argv'], level_rc,
+        entry, failure = _level(settings, (concurrency, level['num_prompts']),
+                                level_argv(settings, concurrency, level['num_prompts'], limit=limit), level_rc,
                                 float(seconds) if isinstance(seconds, (int, float)) else 0.0, stdout, stderr, limit,
-                                files, max_bytes, note=error)
+                                files, max_bytes, note=str(error)[:500] if error else None)
         levels.append(entry)
         if failure:
             failed_concurrency = concurrency

@@ -22,11 +22,13 @@ description:
     over O(level_timeout)), leaves no result file, or any of its requests failed (C(vllm bench serve) exits 0 even
     when every request failed; the result's C(failed) field is read).
   - With O(one_process) (the default), every level runs in one Python process of the environment (the interpreter
-    the C(#!) line of O(executable) names) through what C(vllm bench serve) itself calls, vLLM's
-    C(vllm.benchmarks.serve) argument parser and then its C(main) once per level, with the same arguments as the
-    command. So vLLM is imported once, not once per level (about 15 seconds each on a CPU core). A level still
-    gets O(level_timeout) seconds. An environment whose vLLM has no such entry, or an O(executable) that is not a
-    Python console script, runs one C(vllm bench serve) per level (RV(runner) says which).
+    the C(#!) line of O(executable) names, or the one its C(/bin/sh) line as uv and pip write it starts), which
+    runs what the C(vllm) console script runs, vLLM's CLI C(main), with the level's C(vllm bench serve) command
+    line. So vLLM is imported once, not once per level (about 15 seconds each on a CPU core). A level still gets
+    O(level_timeout) seconds; the process exits at it. Where that is not possible (an O(executable) that is not a
+    Python console script, a vLLM whose CLI cannot be imported that way, or C(VLLM_USE_RUST_BENCH), with which
+    C(vllm bench serve) runs a client of its own), each level runs its own C(vllm bench serve); RV(runner) says
+    which, RV(runner_note) why.
   - Returns the text of every result file in RV(files) and the parsed figures in RV(levels[].row), so that the whole
     sweep costs one task. Each run is an argument list under coreutils C(timeout), never a shell, in a session of
     its own; should it outlive C(timeout) by 45 seconds, the module kills its whole process group.
@@ -224,6 +226,11 @@ runner:
   returned: when the sweep ran
   type: str
   sample: one process
+runner_note:
+  description: Why the levels ran one process each although O(one_process) asked for one.
+  returned: when O(one_process) was not possible
+  type: str
+  sample: "VLLM_USE_RUST_BENCH is set: vllm bench serve runs the Rust client, a process of its own"
 levels:
   description: One entry per level that ran, in order; the last one is the failed level when RV(failure) is set.
   returned: always
@@ -244,7 +251,8 @@ levels:
       description: Exit status (null in check mode).
       type: int
     seconds:
-      description: Wall-clock time of the command.
+      description: Wall-clock time of the command (with O(one_process), of the level in the one process, vLLM's import
+        not counted).
       type: float
     result_file:
       description: Path of the result file on the host.

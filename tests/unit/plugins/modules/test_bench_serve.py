@@ -206,7 +206,7 @@ def module_args(tmp_path, url, executable, **extra):
     args = dict(executable=executable, base_url=url, model='kimi-k2.5', tokenizer=str(tmp_path),
                 concurrency=[1, 8, 64], num_prompts=[4, 24, 128], input_len=128, output_len=256,
                 result_dir=str(tmp_path / 'results' / 'run1'), environment={'VLLM_TARGET_DEVICE': 'cpu'},
-                ready_timeout=0)
+                ready_timeout=0, one_process=False)
     args.update(extra)
     return args
 
@@ -224,8 +224,7 @@ def test_module_runs_the_sweep_and_returns_the_files(tmp_path, standin_server, f
     results = tmp_path / 'results' / 'run1'
     assert (results / 'env-1').read_text() == 'cpu s3cret'  # environment and the API key reach vllm
     assert 's3cret' not in json.dumps(result['levels'])
-    # (its interpreter has no vllm.benchmarks.serve to call: one vllm bench serve per level, as asked)
-    assert result['runner'] == 'one process per level'
+    assert result['runner'] == 'one process per level' and 'runner_note' not in result
 
 
 def test_module_stops_at_the_failed_level_without_failing(tmp_path, standin_server, fake_vllm, run):
@@ -315,7 +314,19 @@ def main(args):
         handle.write('%%d %%s' %% (os.getpid(), os.environ.get('VLLM_TARGET_DEVICE', '')))
     behaviour = os.environ.get('FAKE_BENCH_%%d' %% level, '')
     if behaviour == 'hang':
-        time.sleep(600)
+        # (stuck in an event loop whose callbacks keep it busy, as aiohttp's: an exception raised in a callback
+        # would be logged by asyncio and swallowed)
+        import asyncio
+
+        async def never():
+            loop = asyncio.get_running_loop()
+
+            def tick():
+                time.sleep(0.01)
+                loop.call_soon(tick)
+            loop.call_soon(tick)
+            await asyncio.get_running_loop().create_future()
+        asyncio.run(never())
     if behaviour == 'slow':
         # (a level that holds off the runner's alarm, and ends past what is left of the sweep)
         import signal
@@ -325,6 +336,8 @@ def main(args):
         raise RuntimeError('the tokenizer could not be read at concurrency %%d' %% level)
     if behaviour == 'exit':
         sys.exit(2)
+    if behaviour == 'exit3':
+        sys.exit(3)
     if behaviour == 'thread':
         # (a level that leaves a thread running, as a pool a benchmark forgot to shut down)
         import threading
@@ -334,20 +347,35 @@ def main(args):
 """ % (dict(RECORDED), FIXTURES)
 
 
+FAKE_CLI = """import argparse, sys
+from vllm.benchmarks.serve import add_cli_args, main as bench_main
+
+
+def main():
+    # (what vLLM's CLI does for `vllm bench serve ARGS`: its parser, then the benchmark's main)
+    assert sys.argv[1:3] == ['bench', 'serve'], sys.argv
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    bench_main(parser.parse_args(sys.argv[3:]))
+"""
+
+
 @pytest.fixture
 def vllm_package(tmp_path):
-    """A vllm package whose vllm.benchmarks.serve does what the real one does to the result directory."""
+    """A vllm package whose CLI runs a vllm.benchmarks.serve that does what the real one does to the result
+    directory."""
     root = tmp_path / 'pkg'
     for name, text in (('vllm/__init__.py', ''), ('vllm/benchmarks/__init__.py', ''),
-                       ('vllm/benchmarks/serve.py', FAKE_SERVE), ('vllm/utils/__init__.py', ''),
-                       ('vllm/utils/argparse_utils.py', 'import argparse\nFlexibleArgumentParser = argparse.ArgumentParser\n')):
+                       ('vllm/benchmarks/serve.py', FAKE_SERVE), ('vllm/entrypoints/__init__.py', ''),
+                       ('vllm/entrypoints/cli/__init__.py', ''), ('vllm/entrypoints/cli/main.py', FAKE_CLI),
+                       ('vllm/envs.py', "import os\nVLLM_USE_RUST_BENCH = os.environ.get('VLLM_USE_RUST_BENCH') == '1'\n")):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return str(root)
 
 
 def one_process_args(tmp_path, url, executable, package, **environment):
-    return module_args(tmp_path, url, executable, concurrency=[1, 64], num_prompts=[4, 128],
+    return module_args(tmp_path, url, executable, concurrency=[1, 64], num_prompts=[4, 128], one_process=True,
                        environment=dict({'VLLM_TARGET_DEVICE': 'cpu', 'PYTHONPATH': package}, **environment))
 
 
@@ -384,6 +412,8 @@ def test_one_process_false_runs_one_vllm_bench_serve_per_level(tmp_path, standin
 @pytest.mark.parametrize('behaviour, words', [
     ('raise', 'vllm bench serve failed at concurrency 64 (exit status 1): '),
     ('exit', 'vllm bench serve failed at concurrency 64 (exit status 2): '),
+    # (a level that exits 3 is a failed level, never taken for "one process is not possible": no second sweep)
+    ('exit3', 'vllm bench serve failed at concurrency 64 (exit status 3): '),
 ])
 def test_a_failing_level_stops_the_sweep_and_keeps_the_levels_before(tmp_path, standin_server, fake_vllm,
                                                                      vllm_package, run, behaviour, words):
@@ -395,6 +425,9 @@ def test_a_failing_level_stops_the_sweep_and_keeps_the_levels_before(tmp_path, s
     if behaviour == 'raise':
         assert 'RuntimeError: the tokenizer could not be read at concurrency 64' in result['failure']
         assert 'RuntimeError' in result['files']['c64.log']
+    else:
+        assert result['failure'].endswith('vllm bench serve exited with %d.' % (2 if behaviour == 'exit' else 3))
+    assert 'runner_note' not in result and len(pids(tmp_path)) == 2  # levels 1 and 64 ran once, in one process
 
 
 def test_a_thread_a_level_leaves_running_does_not_hold_the_sweep(tmp_path, standin_server, fake_vllm, vllm_package,
@@ -411,11 +444,32 @@ def test_a_level_over_its_limit_is_stopped_in_the_process(tmp_path, standin_serv
     started = time.monotonic()
     code, result = run(dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64='hang'),
                             level_timeout=2))
-    assert time.monotonic() - started < 60
+    # (at its limit, not at the process's bound, which is more than a minute beyond)
+    assert time.monotonic() - started < 30
     assert result['failed_concurrency'] == 64 and result['levels'][1]['rc'] == 124
     assert result['failure'].startswith('vllm bench serve failed at concurrency 64 (exit status 124, over the limit '
-                                        'of 2 s)'), result['failure']
+                                        'of 2 s): '), result['failure']
+    assert result['failure'].endswith('over the limit of 2 s.')
     assert result['levels'][0]['ok'] is True
+    # the level's command, as it would run on its own, with the limit it had
+    assert result['levels'][1]['argv'][:3] == ['/usr/bin/timeout', '--kill-after=30', '2'] or \
+        result['levels'][1]['argv'][1:3] == ['--kill-after=30', '2']
+
+
+def test_without_vllms_cli_or_with_the_rust_client_each_level_runs_its_own_command(tmp_path, standin_server,
+                                                                                   fake_vllm, vllm_package, run):
+    os.unlink(os.path.join(vllm_package, 'vllm', 'entrypoints', 'cli', 'main.py'))
+    code, result = run(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package))
+    assert code == 0 and result['failure'] is None and result['runner'] == 'one process per level'
+    assert result['runner_note'].startswith("vLLM's CLI cannot be imported here (ModuleNotFoundError")
+    assert not pids(tmp_path)
+    with open(os.path.join(vllm_package, 'vllm', 'entrypoints', 'cli', 'main.py'), 'w') as handle:
+        handle.write(FAKE_CLI)
+    args = one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, VLLM_USE_RUST_BENCH='1')
+    code, result = run(dict(args, result_dir=str(tmp_path / 'results' / 'run2')))
+    assert code == 0 and result['failure'] is None and result['runner'] == 'one process per level'
+    assert result['runner_note'] == ('VLLM_USE_RUST_BENCH is set: vllm bench serve runs the Rust client, a process '
+                                     'of its own')
 
 
 def test_the_sweep_limit_stops_before_a_level_with_the_ones_done_kept(tmp_path, standin_server, fake_vllm,
@@ -433,7 +487,7 @@ def test_a_process_killed_before_a_level_says_so(tmp_path, monkeypatch):
         return 137, '', 'Killed\n'
     sweep = bench_sweep.run_sweep(killed, settings(tmp_path, python=sys.executable, sweep_timeout=100))
     assert sweep['runner'] == 'one process' and sweep['levels'] == [] and sweep['failed_concurrency'] == 1
-    assert sweep['failure'] == 'vllm bench serve failed before concurrency 1 (exit status 137, over the limit of 100 s): Killed.'
+    assert sweep['failure'] == 'vllm bench serve failed before concurrency 1 (exit status 137, over the limit of 115 s): Killed.'
     assert 'c1.log' in sweep['files'] and '<the one-process sweep of gpufleet.vllm>' in sweep['files']['c1.log']
 
 
@@ -461,3 +515,6 @@ def test_the_interpreter_is_the_console_scripts_own_python(tmp_path):
     assert bench_sweep.interpreter_of(str(script)) == sys.executable
     script.write_text('#!/bin/sh\n\'\'\'exec\' "/bin/rm" "$0" "$@"\n\' \'\'\'\n')
     assert bench_sweep.interpreter_of(str(script)) is None
+    # (pip quotes the path only when it holds a space)
+    script.write_text('#!/bin/sh\n\'\'\'exec\' %s "$0" "$@"\n\' \'\'\'\n' % sys.executable)
+    assert bench_sweep.interpreter_of(str(script)) == sys.executable
