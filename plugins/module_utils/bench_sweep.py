@@ -382,6 +382,39 @@ if rust:
     leave(3)
 
 
+def count(value):
+    # (as bench._count: a whole number of 0 or more, from a number or a numeric string)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+        return int(number) if number >= 0 and number == int(number) else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def completed_every_request(path, max_bytes):
+    # (as the module judges a level, bench.parse_result: vllm bench serve exits 0 even when every request failed)
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read(max_bytes + 1)
+        data = json.loads(raw.decode('utf-8', 'replace')) if len(raw) <= max_bytes else None
+        if not isinstance(data, dict):
+            return False
+        prompts, completed = count(data.get('num_prompts')), count(data.get('completed'))
+        failed = count(data.get('failed'))
+        if failed is None:
+            if isinstance(data.get('errors'), list):
+                failed = sum(1 for error in data['errors'] if error)
+            elif prompts is not None and completed is not None:
+                failed = max(0, prompts - completed)
+        if completed is None and prompts is not None and failed is not None:
+            completed = max(0, prompts - failed)
+        return bool(completed) and failed == 0
+    except Exception:
+        return False
+
+
 def expired(signum, frame):
     note(event='end', concurrency=current['concurrency'], rc=124, seconds=time.monotonic() - current['started'],
          error='over the limit of %d s' % current['limit'])
@@ -413,9 +446,11 @@ for level in plan['levels']:
     signal.alarm(0)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    # (a level with failed requests stops the sweep as one process per level stops it: the next level never runs)
+    stop = rc == 0 and not completed_every_request(level['result_file'], plan['result_max_bytes'])
     note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - current['started'],
-         error=error)
-    if rc != 0:
+         error=error, stopped=stop)
+    if rc != 0 or stop:
         leave(rc)
 # (no wait at exit for what a level left running, a thread or a pool: every level is done and noted)
 leave(0)
@@ -517,8 +552,12 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
         with open(plan_path, 'w') as handle:
             json.dump({'executable': settings['executable'],
                        'deadline': time.time() + sweep_timeout if sweep_timeout else 0,
+                       'result_max_bytes': settings.get('result_max_bytes') or RESULT_MAX_BYTES,
                        'levels': [{'concurrency': level['concurrency'], 'limit': int(settings['level_timeout']),
-                                   'args': level['args']} for level in plan]}, handle)
+                                   'args': level['args'],
+                                   'result_file': os.path.join(settings['result_dir'],
+                                                               RESULT_NAME % level['concurrency'])}
+                                  for level in plan]}, handle)
         argv = [settings.get('timeout_executable') or 'timeout', '--kill-after=%d' % KILL_AFTER, str(int(budget)),
                 settings['python'], runner_path, plan_path, status_path]
         started = clock()
@@ -543,6 +582,12 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
         concurrency = level['concurrency']
         if concurrency in out_of_time:
             failure, failed_concurrency = _out_of_time(settings, concurrency, levels), concurrency
+            break
+        if concurrency not in starts and levels and ends.get(levels[-1]['concurrency'], {}).get('stopped'):
+            failure = ('The sweep stopped after concurrency %d: its result did not show every request completed '
+                       '(read in the one process); levels %s completed and were kept.'
+                       % (levels[-1]['concurrency'], ', '.join(str(level['concurrency']) for level in levels)))
+            failed_concurrency = concurrency
             break
         if concurrency not in starts:
             # (the process ended before this level started: it could not start, or was killed)

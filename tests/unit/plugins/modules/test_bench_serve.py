@@ -440,6 +440,38 @@ def test_a_thread_a_level_leaves_running_does_not_hold_the_sweep(tmp_path, stand
     assert time.monotonic() - started < 20
 
 
+def test_a_level_with_failed_requests_stops_the_one_process_before_the_next_level(tmp_path, standin_server,
+                                                                                  fake_vllm, vllm_package, run):
+    # (vllm bench serve exits 0 when requests failed, the server killed mid-level: the next level must not load it)
+    args = dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package), concurrency=[1, 8, 64],
+                num_prompts=[4, 24, 128])
+    code, result = run(args)
+    assert code == 0 and result['runner'] == 'one process'
+    assert result['failed_concurrency'] == 8 and 'requests failed at concurrency 8' in result['failure']
+    assert sorted(pids(tmp_path)) == [1, 8]  # level 64 never ran
+    assert not (tmp_path / 'results' / 'run1' / 'c64.json').exists()
+    assert sorted(result['files']) == ['c1.json', 'c8.json', 'c8.log']
+
+
+def test_a_stop_the_module_does_not_share_is_reported_not_run_on(tmp_path):
+    # (the process stopped after a level whose result it could not read as complete, which the module reads as
+    # complete: the levels after it did not run, and the sweep says so)
+    def stopped_after_the_first(argv):
+        plan = json.load(open(argv[5]))
+        shutil.copy(os.path.join(FIXTURES, RECORDED[1]), plan['levels'][0]['result_file'])
+        with open(argv[6], 'a') as handle:
+            handle.write(json.dumps({'event': 'start', 'concurrency': 1, 'limit': 1800}) + '\n')
+            handle.write(json.dumps({'event': 'end', 'concurrency': 1, 'rc': 0, 'seconds': 3.5, 'error': None,
+                                     'stopped': True}) + '\n')
+        return 0, '', ''
+    sweep = bench_sweep.run_sweep(stopped_after_the_first, settings(tmp_path, python=sys.executable,
+                                                                    sweep_timeout=100))
+    assert sweep['runner'] == 'one process' and [level['ok'] for level in sweep['levels']] == [True]
+    assert sweep['failed_concurrency'] == 64
+    assert sweep['failure'] == ('The sweep stopped after concurrency 1: its result did not show every request '
+                                'completed (read in the one process); levels 1 completed and were kept.')
+
+
 def test_a_level_over_its_limit_is_stopped_in_the_process(tmp_path, standin_server, fake_vllm, vllm_package, run):
     started = time.monotonic()
     code, result = run(dict(one_process_args(tmp_path, standin_server, fake_vllm, vllm_package, FAKE_BENCH_64='hang'),
