@@ -15,16 +15,15 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name, canonical_version
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import not_accepted, same_version
 
 
 def _pristine_at(check, version):
     """A package_integrity result says: pristine, at this version (a skipped or missing check says no)."""
     if not isinstance(check, dict) or check.get("skipped"):
         return False
-    found, wanted = str(check.get("version") or ""), str(version)
     # (PEP 440 forms, as package_integrity's version option compares them)
-    return check.get("pristine") is True and (canonical_version(found) or found) == (canonical_version(wanted) or wanted)
+    return check.get("pristine") is True and same_version(check.get("version"), version)
 
 
 def reinstall_unaccepted(fingerprint, accepted=None):
@@ -32,13 +31,12 @@ def reinstall_unaccepted(fingerprint, accepted=None):
     (fleet_accepted_not_pristine); ['(N more than listed)'] when it did not list them all."""
     if not isinstance(fingerprint, dict):
         return []
-    skip = set(canonical_name(str(a)) for a in accepted or ())
     if isinstance(fingerprint.get("unaccepted"), list):
         # (env_fingerprint named every one that is not pristine, beyond max_list)
-        return [str(name) for name in fingerprint["unaccepted"] if canonical_name(str(name)) not in skip]
+        return not_accepted(fingerprint["unaccepted"], accepted)
     listed = fingerprint.get("not_pristine") or []
     more = (fingerprint.get("not_pristine_total") or 0) - len(listed)
-    names = [str(d.get("name")) for d in listed if canonical_name(str(d.get("name"))) not in skip]
+    names = not_accepted([d.get("name") for d in listed], accepted)
     return names + (["(%d more than listed)" % more] if more > 0 else [])
 
 

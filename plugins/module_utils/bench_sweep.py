@@ -208,6 +208,12 @@ def _tail(text, lines=TAIL_LINES):
     return '\n'.join(kept[-lines:])
 
 
+def _log(argv, rc, stdout, stderr, note=''):
+    """The log of a failed level: its command, the exit status (and NOTE), the tails of its output."""
+    return ('%s\nexit status %s%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n'
+            % (' '.join(argv), rc, ' (%s)' % note if note else '', _tail(stdout), _tail(stderr)))
+
+
 def _last_words(stdout, stderr):
     for text in (stderr, stdout):
         kept = [line.strip() for line in (text or '').splitlines() if line.strip()]
@@ -282,8 +288,8 @@ def run_sweep(run_command, settings, clock=time.monotonic):
     """Run the levels in order; stop at the first failure. ``run_command(argv) -> (rc, stdout, stderr)``.
 
     With ``settings['python']`` (the interpreter of the bench environment) every level runs in one process
-    (:func:`run_in_one_process`: vLLM imported once); when that interpreter has no ``vllm bench serve`` entry to
-    call, each level runs its own ``vllm bench serve``.
+    (:func:`run_in_one_process`: vLLM imported once); where that is not possible, each level runs its own
+    ``vllm bench serve``.
 
     Returns levels (per level: concurrency, num_prompts, argv, rc, seconds,
     result_file, row (parsed, or None), ok), files (``c<level>.json``: the
@@ -516,11 +522,6 @@ def _read_status(path):
         if isinstance(event, dict):
             events.append(event)
     return events
-
-
-def _log(argv, rc, stdout, stderr, note=''):
-    return ('%s\nexit status %s%s\n--- stdout ---\n%s\n--- stderr ---\n%s\n'
-            % (' '.join(argv), rc, ' (%s)' % note if note else '', _tail(stdout), _tail(stderr)))
 
 
 def run_in_one_process(run_command, settings, clock=time.monotonic):

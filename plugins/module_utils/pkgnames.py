@@ -50,6 +50,18 @@ def canonical_name(name):
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def not_accepted(names, accepted):
+    """NAMES (as text) but those ACCEPTED names, in any spelling (PEP 503), in their order."""
+    skip = set(canonical_name(str(name)) for name in accepted or ())
+    return [str(name) for name in names if canonical_name(str(name)) not in skip]
+
+
+def same_version(found, wanted):
+    """Whether two versions are the same in their PEP 440 form (the text itself when one is not PEP 440)."""
+    found, wanted = str(found or ""), str(wanted or "")
+    return (canonical_version(found) or found) == (canonical_version(wanted) or wanted)
+
+
 def canonical_version(version):
     """PEP 440's normal form of ``version`` (``1.0-1`` -> ``1.0.post1``,
     ``2.0RC1`` -> ``2.0rc1``, ``v1.2`` -> ``1.2``; leading zeros of a number

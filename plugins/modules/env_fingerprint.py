@@ -343,7 +343,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment, normalize_expected
-from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import not_accepted
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -371,13 +371,6 @@ def mismatch_message(result, first=5):
                            for i in result["not_pristine"][:first])
         msg += " Not pristine: %s%s." % (listed, "; ..." if result["not_pristine_total"] > first else "")
     return msg + " Nothing was changed (fail_on_mismatch is true; set it to false to only report)."
-
-
-def unaccepted(result, accepted):
-    """The names of the distributions that are not pristine, but the ACCEPTED ones (any spelling); all of them."""
-    skip = set(canonical_name(str(name)) for name in accepted or ())
-    return [d["name"] for d in result["distributions"]
-            if d.get("pristine") is False and canonical_name(str(d["name"])) not in skip]
 
 
 def not_pristine_message(result, names, first=5):
@@ -453,7 +446,8 @@ def main():
     result["changed"] = False
     result["check_mode"] = module.check_mode
     if params["verify"]:
-        result["unaccepted"] = unaccepted(result, params["accept_not_pristine"])
+        result["unaccepted"] = not_accepted([d["name"] for d in result["distributions"] if d.get("pristine") is False],
+                                            params["accept_not_pristine"])
     if params["fail_on_mismatch"] and result["matches"] is False:
         result["msg"] = safe_text(mismatch_message(result))
         module.fail_json(**result)

@@ -374,7 +374,7 @@ elapsed:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
-from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_version
+from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import same_version
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
 
@@ -431,7 +431,7 @@ def main():
     if params["version"] is not None:
         wanted = params["version"].strip()
         found = str(result.get("version") or "")
-        result["version_matches"] = (canonical_version(found) or found) == (canonical_version(wanted) or wanted)
+        result["version_matches"] = same_version(found, wanted)
         if not result["version_matches"]:
             result["msg"] = safe_text("%s is version %s, not the expected %s: %s" % (
                 params["name"], found or "(none)", wanted, result["msg"]))
