@@ -33,8 +33,25 @@ options:
         V(vllm==0.33.0), V(vllm==0.16.0rc2.dev344+gea5f903f8), V(vllm>=0.32,<0.34) or V(nvidia-ml-py). No markers,
         extras, URLs or options.
       - Empty with O(lock_file).
+      - With O(version) or O(resolve), the first term is a bare package name, and the version comes from those.
     type: list
     elements: str
+  version:
+    description:
+      - The version of the first term's package, a bare name, as the C(uv_resolve) lookup takes it - V(latest) (or
+        empty) for the newest, an exact version such as V(0.33.0), or a specifier such as V(>=0.32,<0.34). Without
+        O(resolve) the first term becomes that requirement (V(vllm==0.33.0), V(vllm>=0.32,<0.34), V(vllm)).
+    type: str
+    default: ""
+  resolve:
+    description:
+      - First resolve O(version) of the first term's package into one exact version, as the C(uv_resolve) lookup does
+        (C(uv pip compile --no-deps) from the same sources, O(prerelease), Python and platform, bounded by the same
+        O(timeout)), then lock C(name==that version). So the version a fleet gets is the newest the sources offer,
+        and a newest one whose dependencies cannot be resolved fails the lock rather than giving an older version.
+      - One lookup call resolves and locks, once, on the control node.
+    type: bool
+    default: false
   lock_file:
     description:
       - A lock kept by an earlier run (a path on the control node). It is read and checked (its header, every pin with
@@ -178,6 +195,14 @@ EXAMPLES = r"""
                 python_version='3.12', python_platform='x86_64-manylinux_2_36') }}
   run_once: true
 
+- name: Resolve the newest vLLM on the mirror and lock the environment of exactly that version, in one call
+  ansible.builtin.set_fact:
+    fleet_lock: >-
+      {{ lookup('gpufleet.vllm.uv_lock', 'vllm', version='latest', resolve=true,
+                index_url='https://mirror.example/simple',
+                python_version='3.12', python_platform='x86_64-manylinux_2_36') }}
+  run_once: true
+
 - name: Lock vLLM 0.33.0 from the offline mirror, without one dependency
   ansible.builtin.set_fact:
     fleet_lock: >-
@@ -230,6 +255,7 @@ import time
 from ansible.errors import AnsibleLookupError
 from ansible.module_utils.common.text.converters import to_native, to_text
 from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpufleet.vllm.plugins.lookup import uv_resolve
 from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, pkgnames, uvcli
 
 _REQ_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(.*)\Z")
@@ -237,6 +263,9 @@ _PYTHON_XY = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}\Z")
 _TORCH_BACKEND = re.compile(r"[a-z][a-z0-9.-]{0,31}\Z")
 _FROM = re.compile(r"(\s*# from )(\S.*)\Z")
 VERSION_TIMEOUT = 20
+# The options the resolution before the lock (resolve) shares with it.
+RESOLVE_KEYS = ("index_url", "extra_index_urls", "find_links", "no_index", "prerelease", "python_version",
+                "python_platform", "uv", "timeout", "environment")
 
 
 def requirement(text, what="term"):
@@ -354,6 +383,26 @@ def read_lock_file(path, limit=lockfile.MAX_BYTES):
     except lockfile.LockError as exc:
         raise uvcli.UvError("bad_lock", "%s Nothing was changed on any host." % to_native(exc))
     return text
+
+
+def first_term(terms, version="", resolve=False, resolver=None, **sources):
+    """TERMS with the first, a bare package name, made the requirement of VERSION (resolved first with RESOLVE).
+
+    Without VERSION and RESOLVE the terms are returned as they are. SOURCES are uv_resolve.resolve's keywords (the
+    indexes, prerelease, Python, platform, uv, timeout, environment); UvError when a term or the version is refused
+    or the resolution fails.
+    """
+    terms = list(terms)
+    if not version and not resolve:
+        return terms
+    name = terms[0].strip() if terms and isinstance(terms[0], str) else ""
+    if not uv_resolve.NAME_RE.match(name):
+        raise uvcli.bad("term", terms[0] if terms else "", "must be a bare package name (such as vllm) when version "
+                        "or resolve is given")
+    if resolve:
+        exact = (resolver or uv_resolve.resolve)(name, version or "latest", **sources)
+        return ["%s==%s" % (name, exact)] + terms[1:]
+    return [uv_resolve.requirement(name, version)] + terms[1:]
 
 
 def lock(terms, package="", package_index="", index_url="", extra_index_urls=(), find_links=(), no_index=False,
@@ -492,8 +541,9 @@ class LookupModule(LookupBase):
         self.set_options(var_options=variables, direct=kwargs)
         lock_path = self.get_option("lock_file")
         if lock_path:
-            if terms:
-                raise AnsibleLookupError("uv_lock: give requirements to resolve or lock_file to read, not both.")
+            if terms or self.get_option("version") or self.get_option("resolve"):
+                raise AnsibleLookupError("uv_lock: give requirements to resolve (with version and resolve) or lock_file "
+                                         "to read, not both.")
             try:
                 text = read_lock_file(to_text(lock_path))
             except uvcli.UvError as exc:
@@ -530,6 +580,9 @@ class LookupModule(LookupBase):
             environment=self.get_option("environment") or {},
         )
         try:
-            return [lock([to_text(t) for t in terms], **opts)]
+            terms = first_term([to_text(t) for t in terms], version=to_text(self.get_option("version") or ""),
+                               resolve=bool(self.get_option("resolve")),
+                               **dict((key, opts[key]) for key in RESOLVE_KEYS))
+            return [lock(terms, **opts)]
         except uvcli.UvError as exc:
             raise AnsibleLookupError(exc.message)

@@ -562,3 +562,77 @@ def test_a_torch_backend_reaches_uv_and_a_bad_one_is_refused(house):
     assert compile_argv[compile_argv.index("--torch-backend") + 1] == "cu130"
     with pytest.raises(uvcli.UvError, match="torch_backend"):
         offline(house, torch_backend="--index-url=http://x", runner=runner, uv=sys.executable)
+
+
+# --- version and resolve: the resolution and the lock in one call ----------------------------------------------
+
+@needs_uv
+@pytest.mark.parametrize("version, expected", [("latest", "0.34.0"), ("", "0.34.0"), ("0.33.0", "0.33.0"),
+                                               ("<0.34", "0.33.0")])
+def test_resolve_locks_exactly_the_version_the_request_resolves_to(house, version, expected):
+    result = loaded_lookup().run(["vllm", "nvidia-ml-py"], variables={}, version=version, resolve=True,
+                                 find_links=[house], no_index=True, python_version=PY)
+    parsed = lockfile.parse_lock(result[0])
+    assert parsed["package"] == {"name": "vllm", "version": expected}
+    assert parsed["meta"]["package"] == "vllm==%s" % expected
+
+
+@needs_uv
+def test_resolve_takes_the_newest_even_when_its_environment_cannot_be_locked(house):
+    """As the rollout resolved, then locked: the newest build the sources offer is the target; when its
+    dependencies cannot be resolved the lock fails, naming it, instead of quietly locking an older build (what a
+    bare name would give)."""
+    make_wheel(house, "vllm", "0.35.0", ["not-on-the-mirror>=1"])
+    bare = loaded_lookup().run(["vllm"], variables={}, find_links=[house], no_index=True, python_version=PY)
+    assert lockfile.parse_lock(bare[0])["package"]["version"] == "0.34.0"
+    with pytest.raises(AnsibleLookupError) as err:
+        loaded_lookup().run(["vllm"], variables={}, version="latest", resolve=True, find_links=[house],
+                            no_index=True, python_version=PY)
+    assert "vllm==0.35.0" in str(err.value) and "Nothing was changed on any host" in str(err.value)
+
+
+@needs_uv
+@pytest.mark.parametrize("version, expected", [("0.33.0", "0.33.0"), ("v0.33.0", "0.33.0"), (">=0.33,<0.34", "0.33.0"),
+                                               ("latest", "0.34.0")])
+def test_a_version_without_resolve_is_the_requirement_locked(house, version, expected):
+    result = loaded_lookup().run(["vllm"], variables={}, version=version, find_links=[house], no_index=True,
+                                 python_version=PY)
+    assert lockfile.parse_lock(result[0])["package"]["version"] == expected
+
+
+def test_first_term_resolves_with_the_locks_own_sources_and_bounds():
+    seen = []
+
+    def resolver(name, version, **sources):
+        seen.append((name, version, sources))
+        return "0.16.0rc2.dev344+gea5f903f8"
+
+    sources = dict(index_url="https://mirror.example/simple", extra_index_urls=["https://wheels.example/c0ffee"],
+                   find_links=[], no_index=False, prerelease="allow", python_version="3.12",
+                   python_platform="x86_64-manylinux_2_36", uv="/opt/uv", timeout=42, environment={"A": "1"})
+    assert ul.first_term(["vllm", "lark"], "", True, resolver, **sources) == [
+        "vllm==0.16.0rc2.dev344+gea5f903f8", "lark"]
+    assert seen == [("vllm", "latest", sources)]
+    assert ul.first_term(["vllm==0.33.0"], "", False, resolver) == ["vllm==0.33.0"]
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("terms, kwargs, words", [
+    (["vllm==0.33.0"], {"version": "0.34.0"}, "must be a bare package name"),
+    (["vllm>=0.33"], {"resolve": True}, "must be a bare package name"),
+    ([], {"resolve": True}, "must be a bare package name"),
+    (["vllm"], {"version": "0.33.0; os_name=='nt'"}, "is not a version"),
+    (["vllm"], {"version": "newest please"}, "is not a version"),
+])
+def test_version_and_resolve_refuse_what_is_not_a_name_and_a_version(terms, kwargs, words):
+    def resolver(*_args, **_kwargs):
+        raise AssertionError("nothing may be resolved")
+    with pytest.raises(uvcli.UvError) as err:
+        ul.first_term(terms, resolver=resolver, **kwargs)
+    assert words in err.value.message
+
+
+@pytest.mark.parametrize("kwargs", [{"version": "0.33.0"}, {"resolve": True}])
+def test_a_kept_lock_and_a_version_to_resolve_together_are_refused(tmp_path, kwargs):
+    with pytest.raises(AnsibleLookupError, match="not both"):
+        loaded_lookup().run([], variables={}, lock_file=str(tmp_path / "fleet.lock"), **kwargs)
