@@ -145,11 +145,17 @@ class Cutover(object):
     server, on a model switch): each is stopped right after UNIT, before
     the wait for free GPUs; result ``others`` says which ran and which were
     stopped (what a rollback starts again).
+    ``start`` False: the stop alone (stop, the other units, the GPUs free),
+    and nothing after it; a unit systemd does not know has nothing to stop,
+    and ``changed``/``stopped`` say whether a running server was stopped.
+    ``stop_began`` in the result is the wall-clock time (``wall_clock``) of
+    the stop.
     """
 
     def __init__(self, run_command, systemctl, journalctl, unit, link=None, link_target=None, previous_link=None,
                  previous_link_target=None, daemon_reload=False, client=None, ready=None, vram=None, journal_lines=30,
-                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep, read_command=None, stop_units=()):
+                 collect=nvml.collect, clock=time.monotonic, sleep=time.sleep, read_command=None, stop_units=(),
+                 start=True, wall_clock=time.time):
         self.run_command = run_command
         # systemctl show and journalctl (only reads): a shorter limit than stop and start, when given
         self.read_command = read_command or run_command
@@ -166,6 +172,11 @@ class Cutover(object):
         self.vram = vram
         self.journal_lines = journal_lines
         self.stop_units = list(stop_units or ())
+        # start False: the stop alone (stop -> other units -> GPUs free), for the service role's stop; a unit
+        # systemd does not know then has nothing to stop
+        self.start = start
+        self.wall_clock = wall_clock
+        self.exists = None
         self.collect = collect
         self.clock = clock
         self.sleep = sleep
@@ -251,6 +262,10 @@ class Cutover(object):
             words.append("stop the other model's %s" % ", ".join(running))
         if self.vram:
             words.append("wait until the GPUs are free")
+        if not self.start:
+            if self.exists is False:
+                words = ["stop nothing (systemd does not know %s)" % self.unit]
+            return ", ".join(words)
         if self.link and self.result["link_before"] != self.link_target:
             words.append("point %s at %s (was %s)" % (self.link, self.link_target, self.result["link_before"]))
         if self.daemon_reload:
@@ -272,7 +287,11 @@ class Cutover(object):
             state = read_state(self.read_command, self.systemctl, self.unit)
         except SystemdError as exc:
             self._fail("unit", "systemctl cannot read the unit %s (%s); nothing was stopped." % (self.unit, exc))
-        if check_mode and not state.exists:
+        self.exists = state.exists
+        if not self.start:
+            # (the stop alone: a unit systemd does not know has nothing to stop, one it cannot load may still run)
+            pass
+        elif check_mode and not state.exists:
             self.warnings.append("The unit %s does not exist yet; in a real run it must be rendered before the "
                                  "cutover." % self.unit)
         elif not state.loaded:
@@ -309,13 +328,16 @@ class Cutover(object):
     def run(self):
         """The whole window; returns the result dict (raises CutoverFailed)."""
         result = self.result
-        result["changed"] = True
+        result["changed"] = True if self.start else bool(result["was_active"])
         self.t0 = self.clock()
         phases = result["phases"]
 
+        result["stop_began"] = round(self.wall_clock(), 3)
         mark = self.clock()
-        self._systemctl("stop", "stop")
-        result["stopped"] = True
+        if self.start or self.exists:
+            self._systemctl("stop", "stop")
+            # (the stop alone says whether it stopped a server, as systemctl's own state=stopped does)
+            result["stopped"] = True if self.start else bool(result["was_active"])
         phases["stop"] = self._since(mark)
         if result["others"]:
             mark = self.clock()
@@ -337,6 +359,9 @@ class Cutover(object):
             result["vram_freed_mib"] = self._wait_gpus("vram_freed", freed, self.vram.get("free_timeout", 120))
             phases["vram_freed"] = self._since(mark)
         result["stop_seconds"] = self._since(self.t0)
+        if not self.start:
+            phases["total"] = result["stop_seconds"]
+            return result
 
         if self.link:
             mark = self.clock()

@@ -33,6 +33,9 @@ description:
   - Like C(state=restarted), the module always restarts the unit (RV(changed=true)); call it when a restart is due.
     Render the unit and run C(daemon-reload) before, while the server still serves (C(daemon-reload) does not restart
     a running service).
+  - With O(start=false) it runs steps (1) and (2) only, the stop of the M(gpufleet.vllm.service) role's C(stop)
+    entry point: RV(changed) and RV(stopped) say whether a running server was stopped, RV(state) is V(stopped), and
+    a unit systemd does not know has nothing to stop.
 options:
   unit:
     description:
@@ -59,6 +62,14 @@ options:
         whose server ran from another environment, such as an adopted venv). When O(link) exists, its old target is
         used and this is ignored.
     type: path
+  start:
+    description:
+      - Start the unit again after the stop (the cutover). V(false) stops the unit (and O(stop_units)) and waits until
+        the GPUs are free, nothing more; then O(link), O(link_target), O(previous_link), O(previous_link_target),
+        O(daemon_reload) and O(serving_from_unit) are refused, and the readiness gate and the loaded check do not
+        run.
+    type: bool
+    default: true
   daemon_reload:
     description:
       - Run C(systemctl daemon-reload) between the stop and the start (for a unit file changed while the server was
@@ -239,6 +250,14 @@ EXAMPLES = r"""
     port: 8001
     completion: false
 
+- name: Stop vLLM and wait until its GPUs are free (nothing is started)
+  gpufleet.vllm.vllm_cutover:
+    unit: vllm-kimi-k25.service
+    start: false
+    vram: {count: 8}
+  vars:
+    ansible_python_interpreter: /opt/gpufleet/tools/bin/python
+
 - name: A model switch - MiniMax-M2.5 replaces Kimi-K2.5 on the same GPUs (its unit rendered before)
   gpufleet.vllm.vllm_cutover:
     unit: vllm-minimax-m25.service
@@ -257,13 +276,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 cutover:
-  description: Always V(true); with RV(state), tells the service role's readers (the rollout's rescue) that this result is
-    a cutover's, and how far it got.
+  description: V(true) for a cutover, V(false) with O(start=false); with RV(state), tells the service role's readers
+    (the rollout's rescue) that this result is a cutover's, and how far it got.
   returned: always
   type: bool
 state:
-  description: V(started) when the server was restarted and is ready (in check mode, would be), V(failed) when the
-    cutover failed (see RV(failed_step), RV(stopped), RV(switched)).
+  description: V(started) when the server was restarted and is ready (in check mode, would be), V(stopped) when it was
+    stopped with O(start=false), V(failed) when the cutover failed (see RV(failed_step), RV(stopped), RV(switched)).
   returned: always
   type: str
   sample: started
@@ -345,6 +364,21 @@ load_seconds:
   returned: always
   type: float
   sample: 538.2
+exists:
+  description: Whether systemd knows O(unit) (with O(start=false); a unit it does not know has nothing to stop).
+  returned: with O(start=false)
+  type: bool
+  sample: true
+stop_began:
+  description: When the stop began (seconds since the epoch, the host's clock).
+  returned: when the stop ran
+  type: float
+  sample: 1796284542.125
+stopped_at:
+  description: When the GPUs were free after the stop (UTC, C(YYYY-MM-DDTHH:MM:SSZ)), with O(start=false).
+  returned: success, with O(start=false)
+  type: str
+  sample: "2026-12-04T10:06:12Z"
 stop_seconds:
   description: Seconds from the stop until the GPUs were free.
   returned: always
@@ -372,7 +406,7 @@ vram_freed_mib:
   sample: [0, 0, 0, 0, 0, 0, 0, 0]
 vram_used_mib:
   description: Memory used per GPU once loaded (empty without O(vram.loaded_min_used_mib) or
-    O(vram.loaded_min_used_fraction)).
+    O(vram.loaded_min_used_fraction)); with O(start=false), after the stop (as RV(vram_freed_mib)).
   returned: always
   type: list
   elements: int
@@ -464,6 +498,31 @@ def _bad_numbers(params):
     return problems
 
 
+def _stop_only(module, cutover):
+    """start=false: the stop and the wait for free GPUs, then exit (check mode: what it would do)."""
+    result = cutover.result
+    result["exists"] = bool(cutover.exists)
+    if module.check_mode:
+        result.update(cutover=False, state="stopped", check_mode=True, changed=bool(result["was_active"]),
+                      msg="Check mode: would %s." % cutover.describe())
+        module.exit_json(**result)
+    try:
+        result = cutover.run()
+    except CutoverFailed as exc:
+        module.fail_json(msg=exc.msg, **dict(exc.result, cutover=False, state="failed", check_mode=False))
+    result.update(cutover=False, state="stopped", check_mode=False, vram_used_mib=result["vram_freed_mib"],
+                  stopped_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    if result["stopped"]:
+        result["msg"] = "%s stopped in %s s" % (cutover.unit, result["stop_seconds"])
+    elif cutover.exists:
+        result["msg"] = "%s was not running" % cutover.unit
+    else:
+        result["msg"] = "systemd does not know %s: nothing to stop" % cutover.unit
+    if result["vram_freed_mib"]:
+        result["msg"] += "; the GPUs are free (%s MiB used)" % "/".join(str(m) for m in result["vram_freed_mib"])
+    module.exit_json(**dict(result, msg=result["msg"] + "."))
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -472,6 +531,7 @@ def main():
             link_target=dict(type="path"),
             previous_link=dict(type="path"),
             previous_link_target=dict(type="path"),
+            start=dict(type="bool", default=True),
             daemon_reload=dict(type="bool", default=False),
             ready=dict(type="bool", default=True),
             stop_units=dict(type="list", elements="str", default=[]),
@@ -504,7 +564,7 @@ def main():
     def fail(msg, **fields):
         # the service role registers this result as service_result: say that a cutover failed, and how far it got
         fields.setdefault("unit", module.params["unit"])
-        fields.update(cutover=True, state="failed", check_mode=module.check_mode)
+        fields.update(cutover=module.params["start"], state="failed", check_mode=module.check_mode)
         module.fail_json(msg=msg, **fields)
 
     unit = params["unit"].strip()
@@ -526,6 +586,11 @@ def main():
             problems.append("stop_units[%d] is the unit %s itself" % (index, other))
         elif other not in stop_units:
             stop_units.append(other)
+    if not params["start"]:
+        given = [name for name in ("link", "link_target", "previous_link", "previous_link_target") if params[name]]
+        given += [name for name in ("daemon_reload", "serving_from_unit") if params[name]]
+        if given:
+            problems.append("start is false (the stop alone): leave out %s" % ", ".join(given))
     if problems:
         fail(msg="Nothing was stopped: %s." % "; ".join(problems), failed_step="options", **untouched)
 
@@ -564,7 +629,7 @@ def main():
                         loaded_tolerance=serving.DEFAULT_LOADED_TOLERANCE if vram.get("loaded_tolerance") is None
                         else vram["loaded_tolerance"])
     client = None
-    if params["ready"]:
+    if params["ready"] and params["start"]:
         try:
             url = make_base_url(host=host, port=port, base_url=params["base_url"])
             client = VllmClient(url, api_key=api_key, timeout=params["request_timeout"],
@@ -577,7 +642,8 @@ def main():
         previous_link_target=params["previous_link_target"], daemon_reload=params["daemon_reload"], client=client,
         ready=dict(served_model_name=served_model_name, timeout=params["timeout"],
                    interval=params["interval"], completion=params["completion"], prompt=params["prompt"]),
-        vram=vram, journal_lines=params["journal_lines"], read_command=read_command, stop_units=stop_units)
+        vram=vram, journal_lines=params["journal_lines"], read_command=read_command, stop_units=stop_units,
+        start=params["start"])
 
     try:
         cutover.prepare(check_mode=module.check_mode)
@@ -590,6 +656,8 @@ def main():
         module.warn("link_target %s does not exist (yet): in check mode nothing was staged." % params["link_target"])
 
     result = cutover.result
+    if not params["start"]:
+        _stop_only(module, cutover)
     result.update(cutover=True, state="started", check_mode=module.check_mode)
     if module.check_mode:
         result["restarted"] = bool(result.get("was_active"))

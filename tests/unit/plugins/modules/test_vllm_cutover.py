@@ -667,3 +667,83 @@ def test_serving_from_unit_takes_the_api_key_and_warns_of_drop_ins_it_did_not_re
         back.get("warnings")), back.get("warnings")
     rc, res = h.run({"unit": OLD, "serving_from_unit": True, "base_url": "http://127.0.0.1:%d" % old_port})
     assert rc == 1 and res["failed_step"] == "options" and "leave base_url out" in res["msg"]
+
+
+# ------------------------------------------------------------- start=false (the service role's stop)
+
+def stop_args(h, **extra):
+    args = {"unit": UNIT, "start": False, "vram": {"count": 8, "free_timeout": 10, "interval": 0.1}}
+    args.update(extra)
+    return args
+
+
+def test_the_stop_alone_stops_waits_for_free_gpus_and_starts_nothing(host):
+    h = host()
+    h.start_serving()
+    before = time.time()
+    rc, res = h.run(stop_args(h))
+    assert rc == 0, res["msg"]
+    assert res["state"] == "stopped" and res["cutover"] is False and res["check_mode"] is False
+    assert res["changed"] is True and res["was_active"] is True and res["stopped"] is True
+    assert not res["started"] and not res["switched"] and not res["ready"]
+    assert h.show()["ActiveState"] == "inactive" and vram_used(h.nvml) == [0] * 8
+    assert res["vram_used_mib"] == res["vram_freed_mib"] == [0] * 8
+    # what the service role's start reads to measure the downtime of a restart
+    assert before <= res["stop_began"] <= time.time()
+    assert res["stop_seconds"] is not None and res["stopped_at"].endswith("Z")
+    assert [c.split()[0] for c in h.calls()] == ["start", "stop"]
+    assert res["msg"].startswith("%s stopped in" % UNIT) and "the GPUs are free (0/0/0/0/0/0/0/0 MiB used)" in res["msg"]
+    # again: nothing runs, nothing changes (idempotent)
+    rc, again = h.run(stop_args(h))
+    assert rc == 0 and again["changed"] is False and again["stopped"] is False and again["was_active"] is False
+    assert again["msg"].startswith("%s was not running" % UNIT)
+
+
+def test_the_stop_alone_of_a_unit_systemd_does_not_know_has_nothing_to_stop(host):
+    h = host()
+    rc, res = h.run(stop_args(h, unit="vllm-never-rendered"))
+    assert rc == 0, res["msg"]
+    assert res["changed"] is False and res["stopped"] is False and res["state"] == "stopped"
+    assert "systemd does not know vllm-never-rendered.service: nothing to stop" in res["msg"]
+    assert h.calls() == []
+
+
+def test_the_stop_alone_in_check_mode_stops_nothing(host):
+    h = host()
+    pid = h.start_serving()
+    rc, res = h.run(stop_args(h), check=True)
+    assert rc == 0, res["msg"]
+    assert res["changed"] is True and res["state"] == "stopped" and res["check_mode"] is True
+    assert res["msg"] == "Check mode: would stop %s, wait until the GPUs are free." % UNIT
+    assert int(h.show()["MainPID"]) == pid and [c.split()[0] for c in h.calls()] == ["start"]
+
+
+def test_the_stop_alone_fails_when_the_gpus_stay_held_and_says_the_server_is_stopped(host):
+    h = host()
+    h.start_serving()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        nvml_state.claim(holder.pid, 40000, [3], h.nvml)
+        rc, res = h.run(stop_args(h, vram={"count": 8, "free_timeout": 1, "interval": 0.1}))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 1
+    assert res["failed_step"] == "vram_freed" and res["state"] == "failed" and res["cutover"] is False
+    assert res["stopped"] is True and not res["started"]
+    assert "did not get free after the stop" in res["msg"] and "GPU 3" in res["msg"]
+    assert "Now: %s is stopped." % UNIT in res["msg"]
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"link": "/opt/vllm/current", "link_target": "/opt/vllm/envs/x"}, "leave out link, link_target"),
+    ({"daemon_reload": True}, "leave out daemon_reload"),
+    ({"serving_from_unit": True}, "leave out serving_from_unit"),
+])
+def test_the_stop_alone_refuses_what_only_a_start_uses(host, extra, words):
+    h = host()
+    h.start_serving()
+    rc, res = h.run(stop_args(h, **extra))
+    assert rc == 1 and "start is false (the stop alone): %s" % words in res["msg"], res["msg"]
+    assert res["changed"] is False and res["stopped"] is False
+    assert [c.split()[0] for c in h.calls()] == ["start"]
