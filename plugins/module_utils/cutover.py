@@ -263,8 +263,9 @@ class Cutover(object):
         if self.vram:
             words.append("wait until the GPUs are free")
         if not self.start:
-            if self.exists is False:
-                words = ["stop nothing (systemd does not know %s)" % self.unit]
+            if not self.result["was_active"]:
+                words = ["stop nothing (%s is not running)" % self.unit
+                         if self.exists else "stop nothing (systemd does not know %s)" % self.unit]
             return ", ".join(words)
         if self.link and self.result["link_before"] != self.link_target:
             words.append("point %s at %s (was %s)" % (self.link, self.link_target, self.result["link_before"]))
@@ -314,8 +315,9 @@ class Cutover(object):
                     "was_enabled": props.get("UnitFileState") in ENABLED_STATES, "stopped": False})
         if self.link:
             self.result["link_before"] = read_link(self.link)
-        if self.vram:
-            # NVML must answer before the server is stopped, or the stop cannot be proven
+        if self.vram and self.start:
+            # NVML must answer before the server is stopped, or the stop cannot be proven (the stop alone stops
+            # anyway: an operator stopping the server of a host whose GPUs are in trouble must get it down)
             res = self.collect(expect={}, timeout=0)
             if not res["nvml_available"]:
                 self._fail("nvml", "NVML cannot be read, so freed and loaded VRAM cannot be checked; nothing was "
@@ -334,7 +336,8 @@ class Cutover(object):
 
         result["stop_began"] = round(self.wall_clock(), 3)
         mark = self.clock()
-        if self.start or self.exists:
+        # (the stop alone: a unit systemd knows, or one that runs although its file is gone)
+        if self.start or self.exists or result["was_active"]:
             self._systemctl("stop", "stop")
             # (the stop alone says whether it stopped a server, as systemctl's own state=stopped does)
             result["stopped"] = True if self.start else bool(result["was_active"])

@@ -33,9 +33,10 @@ description:
   - Like C(state=restarted), the module always restarts the unit (RV(changed=true)); call it when a restart is due.
     Render the unit and run C(daemon-reload) before, while the server still serves (C(daemon-reload) does not restart
     a running service).
-  - With O(start=false) it runs steps (1) and (2) only, the stop of the M(gpufleet.vllm.service) role's C(stop)
-    entry point: RV(changed) and RV(stopped) say whether a running server was stopped, RV(state) is V(stopped), and
-    a unit systemd does not know has nothing to stop.
+  - With O(start=false) it runs steps (1) and (2) only (the stop of the M(gpufleet.vllm.service) role's C(stop) entry
+    point). Then RV(changed) and RV(stopped) say whether a running server was stopped, RV(state) is V(stopped), a
+    unit systemd does not know has nothing to stop, and NVML is not read before the stop (a host whose GPUs are in
+    trouble can still have its server stopped; the wait for free GPUs then fails, the server stopped).
 options:
   unit:
     description:
@@ -300,7 +301,8 @@ ready_at:
   type: str
   sample: "2026-12-04T10:15:42Z"
 changed:
-  description: V(true) when the unit was (or, in check mode, would be) restarted.
+  description: V(true) when the unit was (or, in check mode, would be) restarted; with O(start=false), when a running
+    server was (would be) stopped.
   returned: always
   type: bool
   sample: true

@@ -161,6 +161,14 @@ url:
   returned: always
   type: str
   sample: http://127.0.0.1:8000
+ended_at:
+  description:
+    - When the wait ended (seconds since the epoch, the host's clock), to measure a downtime against a time the host
+      noted, such as M(gpufleet.vllm.vllm_cutover)'s RV(gpufleet.vllm.vllm_cutover#module:stop_began) with
+      O(gpufleet.vllm.vllm_cutover#module:start=false).
+  returned: always
+  type: float
+  sample: 1796285084.512
 elapsed:
   description: Seconds from the first poll until the server was ready (or the wait ended).
   returned: always
@@ -260,6 +268,8 @@ msg:
   sample: "vLLM at http://127.0.0.1:8000 is ready (version 0.33.0): GET /health answers 200 after 531.9 s; ..."
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
@@ -336,6 +346,7 @@ def main():
                         once=module.check_mode, watch=watch)
     result.pop("timeout", None)
     result.pop("once", None)
+    result["ended_at"] = round(time.time(), 3)
     result["changed"] = False
     result["check_mode"] = module.check_mode
     if unit and systemctl:

@@ -50,11 +50,13 @@ _ERRORS_PLAY = """
 """
 
 
-def run_plays(plays, out):
+def run_plays(plays, out, interpreter_in_inventory=False):
     """Run plays (YAML text of plays on localhost) with the real ansible-playbook and this checkout's collection.
 
     Plays keep the messages of failures they rescue in a fact ``errors`` (a dict); the returned dict is that
-    fact at the end. The playbook fails the test when ansible-playbook itself fails.
+    fact at the end. The playbook fails the test when ansible-playbook itself fails. The Python interpreter is an
+    extra variable (it overrides any task's own), or with INTERPRETER_IN_INVENTORY an inventory variable, as an
+    operator's inventory sets it (a task's own then wins).
     """
     import subprocess
     import sys
@@ -64,8 +66,15 @@ def run_plays(plays, out):
         handle.write("---\n" + plays + _ERRORS_PLAY % errors_file)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,",
-                           "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, playbook],
+    if interpreter_in_inventory:
+        inventory = os.path.join(out, "inventory.ini")
+        with open(inventory, "w") as handle:
+            handle.write("localhost ansible_python_interpreter=%s\n" % sys.executable)
+        where = ["-i", inventory]
+    else:
+        where = ["-i", "localhost,", "-e", "ansible_python_interpreter=" + sys.executable]
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook")] + where
+                          + ["-c", "local", playbook],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     with open(errors_file, encoding="utf-8") as handle:

@@ -146,3 +146,59 @@ def test_a_unit_systemd_does_not_know_is_not_stopped(seen):
 def test_the_enable_step_enables_a_unit_the_plan_saw_missing(seen):
     # (the plan's check-mode read said the unit did not exist; enabling must not rely on it)
     assert "enable vllm-new.service" in seen["calls"]
+
+
+STOP_PLAY = """
+- name: Stop a unit through the role, its model not given, the VRAM checks off
+  hosts: localhost
+  gather_facts: false
+  environment:
+    PATH: "{bindir}:{{{{ ansible_env.PATH | default(lookup('env', 'PATH')) }}}}"
+    FAKE_SYSTEMD_DIR: "{state}"
+  vars:
+    service_unit_dir: "{out}/units"
+    service_vram_check: false
+    fleet_unit_name: {unit}
+  tasks:
+    - name: Stop the running unit
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.service
+        tasks_from: stop
+    - name: Keep what the stop recorded
+      ansible.builtin.set_fact:
+        seen: "{{{{ {{'first': service_result}} }}}}"
+    - name: Stop it again
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.service
+        tasks_from: stop
+    - name: Write what was seen
+      ansible.builtin.copy:
+        content: "{{{{ seen | combine({{'again': service_result}}) | to_json }}}}"
+        dest: "{out}/stopped.json"
+        mode: "0600"
+"""
+
+
+def test_the_stop_needs_no_model_and_runs_with_the_inventorys_interpreter(tmp_path):
+    """The stop is vllm_cutover start=false with the host's own interpreter (VRAM checks off): read through
+    hostvars, not through the task's own ansible_python_interpreter (a recursive template); service_model is not
+    needed to stop. A second stop changes nothing."""
+    state = str(tmp_path / "systemd")
+    bindir = str(tmp_path / "bin")
+    env = fakesystemd.install(bindir, state)
+    os.makedirs(str(tmp_path / "units"))
+    fakesystemd.write_unit(state, UNIT + ".service", [sys.executable, "-c", "import time; time.sleep(600)"])
+    run_env = dict(os.environ, **env)
+    subprocess.run(["systemctl", "start", "--", UNIT + ".service"], env=run_env, check=True, timeout=30)
+    try:
+        errors = run_plays(STOP_PLAY.format(bindir=bindir, state=state, out=str(tmp_path), unit=UNIT), str(tmp_path),
+                           interpreter_in_inventory=True)
+    finally:
+        subprocess.run(["systemctl", "stop", "--", UNIT + ".service"], env=run_env, check=False, timeout=30)
+    assert errors == {}
+    with open(str(tmp_path / "stopped.json"), encoding="utf-8") as handle:
+        seen = json.load(handle)
+    first, again = seen["first"], seen["again"]
+    assert first["state"] == "stopped" and first["was_active"] is True and first["stopped"] is True
+    assert first["changed"] is True and first["stop_began"] > 0 and first["stopped_at"].endswith("Z")
+    assert again["changed"] is False and again["was_active"] is False and again["stopped"] is False

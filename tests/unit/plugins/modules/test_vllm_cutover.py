@@ -747,3 +747,22 @@ def test_the_stop_alone_refuses_what_only_a_start_uses(host, extra, words):
     assert rc == 1 and "start is false (the stop alone): %s" % words in res["msg"], res["msg"]
     assert res["changed"] is False and res["stopped"] is False
     assert [c.split()[0] for c in h.calls()] == ["start"]
+
+
+def test_the_stop_alone_stops_even_when_nvml_is_down_then_fails_the_wait(host):
+    """An operator stopping the server of a host whose GPUs are in trouble gets it down: NVML is not a
+    precondition of the stop alone (it is of a cutover); the wait for free GPUs fails after the stop, saying so."""
+    h = host()
+    h.start_serving()
+    nvml_state.update_state(lambda d: d.update({"init_error": "DRIVER_NOT_LOADED"}), h.nvml)
+    rc, res = h.run(stop_args(h, vram={"count": 8, "free_timeout": 1, "interval": 0.1}))
+    assert rc == 1 and res["failed_step"] == "vram_freed"
+    assert res["stopped"] is True and h.show()["ActiveState"] == "inactive"
+    assert "Now: %s is stopped." % UNIT in res["msg"]
+
+
+def test_the_stop_alone_in_check_mode_says_when_nothing_runs(host):
+    h = host()
+    rc, res = h.run(stop_args(h), check=True)
+    assert rc == 0 and res["changed"] is False
+    assert res["msg"] == "Check mode: would stop nothing (%s is not running)." % UNIT

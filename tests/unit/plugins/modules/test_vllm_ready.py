@@ -132,9 +132,12 @@ def fake_systemd(tmp_path, active="active", sub="running", result="success", res
 
 def test_waits_through_the_load_and_passes_every_stage(standin, tmp_path):
     server = standin(load_seconds="1.5")
+    before = time.time()
     rc, res, dummy = run_module({"port": server.port, "served_model_name": "sim-model", "timeout": 60,
                                  "interval": 0.2}, tmp_path)
     assert rc == 0, res
+    # when the wait ended, on the host's clock (the service role's downtime: from the stop's stop_began)
+    assert before + 1.5 <= res["ended_at"] <= time.time()
     assert res["ready"] is True and res["changed"] is False and not res.get("failed")
     assert res["url"] == server.url()
     assert res["failed_stage"] is None and res["stopped_reason"] is None
