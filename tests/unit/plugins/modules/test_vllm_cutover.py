@@ -11,6 +11,7 @@ stand-in claims VRAM in the fake NVML state while it runs and frees it when
 stopped, and reports the vLLM version of the environment its link points at.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -141,6 +142,18 @@ def host(tmp_path, lib_dir):
         item.close()
 
 
+@contextlib.contextmanager
+def holding_gpu(h, index, mib=40000):
+    """Another process holds MIB on GPU INDEX of H's fake NVML state while the block runs (killed after it)."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        nvml_state.claim(holder.pid, mib, [index], h.nvml)
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def vram_used(state_file):
     """MiB per GPU that live processes hold in the fake NVML state."""
     data = nvml_state.read_state(state_file)
@@ -248,13 +261,8 @@ def test_a_server_that_dies_while_loading_ends_the_wait_at_once(host):
 def test_gpus_still_held_after_the_stop_fail_before_the_switch(host):
     h = host()
     h.start_serving()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        nvml_state.claim(holder.pid, 40000, [3], h.nvml)
+    with holding_gpu(h, 3) as holder:
         rc, res = h.run(h.args(vram={"count": 8, "free_timeout": 1, "interval": 0.1}))
-    finally:
-        holder.kill()
-        holder.wait()
     assert rc == 1
     assert res["failed_step"] == "vram_freed"
     assert res["stopped"] and not res["switched"] and not res["started"]
@@ -721,13 +729,8 @@ def test_the_stop_alone_in_check_mode_stops_nothing(host):
 def test_the_stop_alone_fails_when_the_gpus_stay_held_and_says_the_server_is_stopped(host):
     h = host()
     h.start_serving()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    try:
-        nvml_state.claim(holder.pid, 40000, [3], h.nvml)
+    with holding_gpu(h, 3):
         rc, res = h.run(stop_args(h, vram={"count": 8, "free_timeout": 1, "interval": 0.1}))
-    finally:
-        holder.kill()
-        holder.wait()
     assert rc == 1
     assert res["failed_step"] == "vram_freed" and res["state"] == "failed" and res["cutover"] is False
     assert res["stopped"] is True and not res["started"]
