@@ -254,18 +254,22 @@ class Cutover(object):
 
     # ----------------------------------------------------------------- run
 
+    def stops_anything(self):
+        """Whether the stop stops a running server: the unit's, or one of the other units'."""
+        return bool(self.result["was_active"]) or any(o["was_active"] for o in self.result["others"])
+
     def describe(self):
         """What run() would do, in one sentence (check mode)."""
         words = ["stop %s" % self.unit]
+        if not self.start and not self.result["was_active"]:
+            words = ["stop nothing of %s (%s)" % (
+                self.unit, "not running" if self.exists else "systemd does not know it")]
         running = [o["unit"] for o in self.result["others"] if o["was_active"]]
         if running:
             words.append("stop the other model's %s" % ", ".join(running))
         if self.vram:
             words.append("wait until the GPUs are free")
         if not self.start:
-            if not self.result["was_active"]:
-                words = ["stop nothing (%s is not running)" % self.unit
-                         if self.exists else "stop nothing (systemd does not know %s)" % self.unit]
             return ", ".join(words)
         if self.link and self.result["link_before"] != self.link_target:
             words.append("point %s at %s (was %s)" % (self.link, self.link_target, self.result["link_before"]))
@@ -330,17 +334,18 @@ class Cutover(object):
     def run(self):
         """The whole window; returns the result dict (raises CutoverFailed)."""
         result = self.result
-        result["changed"] = True if self.start else bool(result["was_active"])
+        result["changed"] = True if self.start else self.stops_anything()
         self.t0 = self.clock()
         phases = result["phases"]
 
         result["stop_began"] = round(self.wall_clock(), 3)
         mark = self.clock()
-        # (the stop alone: a unit systemd knows, or one that runs although its file is gone)
-        if self.start or self.exists or result["was_active"]:
+        # (the stop alone: only a unit that runs, its file there or not; systemctl stop of an inactive unit whose
+        # file systemd cannot load fails, where there is nothing to stop)
+        if self.start or result["was_active"]:
             self._systemctl("stop", "stop")
             # (the stop alone says whether it stopped a server, as systemctl's own state=stopped does)
-            result["stopped"] = True if self.start else bool(result["was_active"])
+            result["stopped"] = True
         phases["stop"] = self._since(mark)
         if result["others"]:
             mark = self.clock()

@@ -302,7 +302,7 @@ ready_at:
   sample: "2026-12-04T10:15:42Z"
 changed:
   description: V(true) when the unit was (or, in check mode, would be) restarted; with O(start=false), when a running
-    server was (would be) stopped.
+    server, the unit's or one of O(stop_units), was (would be) stopped.
   returned: always
   type: bool
   sample: true
@@ -317,7 +317,8 @@ was_active:
   type: bool
   sample: true
 stopped:
-  description: Whether the unit was stopped (a failed task with V(true) left the server down or restarting).
+  description: Whether the unit was stopped (a failed task with V(true) left the server down or restarting); with
+    O(start=false), whether a running server was stopped (in check mode, would be).
   returned: always
   type: bool
   sample: true
@@ -368,7 +369,7 @@ load_seconds:
   sample: 538.2
 exists:
   description: Whether systemd knows O(unit) (with O(start=false); a unit it does not know has nothing to stop).
-  returned: with O(start=false)
+  returned: with O(start=false), once the unit was read
   type: bool
   sample: true
 stop_began:
@@ -377,7 +378,8 @@ stop_began:
   type: float
   sample: 1796284542.125
 stopped_at:
-  description: When the GPUs were free after the stop (UTC, C(YYYY-MM-DDTHH:MM:SSZ)), with O(start=false).
+  description: When the GPUs were free after the stop (UTC, C(YYYY-MM-DDTHH:MM:SSZ)), with O(start=false); in check
+    mode, when the module ran.
   returned: success, with O(start=false)
   type: str
   sample: "2026-12-04T10:06:12Z"
@@ -505,17 +507,25 @@ def _stop_only(module, cutover):
     result = cutover.result
     result["exists"] = bool(cutover.exists)
     if module.check_mode:
-        result.update(cutover=False, state="stopped", check_mode=True, changed=bool(result["was_active"]),
+        # (what the stop would do, as systemctl's own state=stopped says it in check mode)
+        result.update(cutover=False, state="stopped", check_mode=True, changed=cutover.stops_anything(),
+                      stopped=bool(result["was_active"]),
+                      stopped_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       msg="Check mode: would %s." % cutover.describe())
         module.exit_json(**result)
     try:
         result = cutover.run()
     except CutoverFailed as exc:
-        module.fail_json(msg=exc.msg, **dict(exc.result, cutover=False, state="failed", check_mode=False))
+        module.fail_json(msg=exc.msg, **dict(exc.result, cutover=False, state="failed", check_mode=False,
+                                             exists=bool(cutover.exists)))
     result.update(cutover=False, state="stopped", check_mode=False, vram_used_mib=result["vram_freed_mib"],
                   stopped_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    others = [o["unit"] for o in result["others"] if o["stopped"] and o["was_active"]]
     if result["stopped"]:
         result["msg"] = "%s stopped in %s s" % (cutover.unit, result["stop_seconds"])
+    elif others:
+        result["msg"] = "%s was not running; %s stopped in %s s" % (cutover.unit, ", ".join(others),
+                                                                    result["stop_seconds"])
     elif cutover.exists:
         result["msg"] = "%s was not running" % cutover.unit
     else:
@@ -598,8 +608,8 @@ def main():
 
     systemctl = module.get_bin_path("systemctl")
     if systemctl is None:
-        fail(msg="systemctl is not on this host: the unit %s cannot be restarted; nothing was stopped."
-             % unit, failed_step="unit", **untouched)
+        fail(msg="systemctl is not on this host: the unit %s cannot be %s; nothing was stopped."
+             % (unit, "restarted" if params["start"] else "stopped"), failed_step="unit", **untouched)
     limit = params["systemctl_timeout"]
     read_command = bounded.runner(min(limit, bounded.READ_TIMEOUT))
     port, served_model_name, vram = params["port"], params["served_model_name"], params["vram"]

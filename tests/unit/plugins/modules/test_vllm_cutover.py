@@ -705,6 +705,8 @@ def test_the_stop_alone_stops_waits_for_free_gpus_and_starts_nothing(host):
     rc, again = h.run(stop_args(h))
     assert rc == 0 and again["changed"] is False and again["stopped"] is False and again["was_active"] is False
     assert again["msg"].startswith("%s was not running" % UNIT)
+    # (no systemctl stop of a unit that does not run: one whose file systemd cannot load would fail it)
+    assert [c.split()[0] for c in h.calls()] == ["start", "stop"]
 
 
 def test_the_stop_alone_of_a_unit_systemd_does_not_know_has_nothing_to_stop(host):
@@ -722,6 +724,8 @@ def test_the_stop_alone_in_check_mode_stops_nothing(host):
     rc, res = h.run(stop_args(h), check=True)
     assert rc == 0, res["msg"]
     assert res["changed"] is True and res["state"] == "stopped" and res["check_mode"] is True
+    # (what it would stop, as the service role's result said it in check mode before)
+    assert res["stopped"] is True and res["stopped_at"].endswith("Z")
     assert res["msg"] == "Check mode: would stop %s, wait until the GPUs are free." % UNIT
     assert int(h.show()["MainPID"]) == pid and [c.split()[0] for c in h.calls()] == ["start"]
 
@@ -767,5 +771,21 @@ def test_the_stop_alone_stops_even_when_nvml_is_down_then_fails_the_wait(host):
 def test_the_stop_alone_in_check_mode_says_when_nothing_runs(host):
     h = host()
     rc, res = h.run(stop_args(h), check=True)
-    assert rc == 0 and res["changed"] is False
-    assert res["msg"] == "Check mode: would stop nothing (%s is not running)." % UNIT
+    assert rc == 0 and res["changed"] is False and res["stopped"] is False
+    assert res["msg"] == "Check mode: would stop nothing of %s (not running), wait until the GPUs are free." % UNIT
+
+
+def test_the_stop_alone_of_a_unit_that_does_not_run_still_stops_the_other_units(host):
+    h = host()
+    old_model(h)
+    assert h.systemctl("start", OLD).returncode == 0
+    rc, res = h.run(stop_args(h, stop_units=[OLD]), check=True)
+    assert rc == 0 and res["changed"] is True and res["stopped"] is False
+    assert res["msg"] == ("Check mode: would stop nothing of %s (not running), stop the other model's %s, wait until "
+                          "the GPUs are free." % (UNIT, OLD))
+    rc, res = h.run(stop_args(h, stop_units=[OLD]))
+    assert rc == 0, res["msg"]
+    assert res["changed"] is True and res["stopped"] is False
+    assert res["others"] == [{"unit": OLD, "was_active": True, "was_enabled": False, "stopped": True}]
+    assert res["msg"].startswith("%s was not running; %s stopped in" % (UNIT, OLD))
+    assert vram_used(h.nvml) == [0] * 8
