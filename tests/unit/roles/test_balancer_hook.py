@@ -731,3 +731,36 @@ def test_a_take_out_whose_backend_read_fails_is_noted_as_leaving_not_taken_out(t
     assert errors["result"] == {"type": "hook", "taken_out": False}
     assert errors["leaving"] is True
     assert not state.exists()
+
+
+OUT_PLAYS = """
+- name: A host proven but never seen up by the balancer goes out at once (the rollout's step after a failed put-back)
+  hosts: localhost
+  gather_facts: false
+  vars:
+    balancer_type: hook
+    balancer_take_out_tasks: {take_out}
+    balancer_put_back_tasks: {put_back}
+  tasks:
+    - name: Check the balancer
+      ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: check}}
+    - name: Take the host out at once
+      ansible.builtin.include_role: {{name: gpufleet.vllm.balancer, tasks_from: out}}
+    - name: Keep the result
+      ansible.builtin.set_fact:
+        errors: "{{{{ {{'result': balancer_result}} }}}}"
+"""
+
+
+def test_the_out_entry_point_runs_the_hooks_take_out_tasks(tmp_path):
+    """tasks_from: out with a hook balancer runs balancer_take_out_tasks (hook/out.yml), not the role's own
+    take_out entry point, and notes the host as not back in rotation."""
+    state = tmp_path / "state"
+    state.write_text("ready")
+    take_out = tmp_path / "take_out.yml"
+    take_out.write_text(PUT_BACK.replace("ready", "out").format(state=json.dumps(str(state))))
+    put_back = tmp_path / "put_back.yml"
+    put_back.write_text(PUT_BACK.format(state=json.dumps(str(state))))
+    errors, _output = run_plays(OUT_PLAYS.format(take_out=take_out, put_back=put_back), str(tmp_path), "out")
+    assert state.read_text() == "out"
+    assert errors["result"]["put_back"] is False and errors["result"]["out_of_rotation_seconds"] is None
