@@ -66,3 +66,32 @@ def test_variables_carry_the_role_prefix(role):
 def test_every_role_has_argument_specs():
     for role in ROLES:
         assert load(role, "meta", "argument_specs.yml"), role
+
+
+class _NoTwiceLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses a mapping key given twice, a key merged with << and given again included (what
+    ansible-core warns about, at every include of the role)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)
+            seen = {}
+            for key_node, _value in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise AssertionError("%s: the key %r is given twice (lines %d and %d)" % (
+                        node.start_mark.name, key, seen[key] + 1, key_node.start_mark.line + 1))
+                seen[key] = key_node.start_mark.line
+        return super(_NoTwiceLoader, self).construct_mapping(node, deep=deep)
+
+
+_NoTwiceLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _NoTwiceLoader.construct_mapping)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_option_is_given_twice_in_an_entry_point(role):
+    full = os.path.join(REPO, "roles", role, "meta", "argument_specs.yml")
+    if not os.path.exists(full):
+        pytest.skip("no argument specs")
+    with open(full) as handle:
+        yaml.load(handle, Loader=_NoTwiceLoader)  # noqa: S506 (a SafeLoader)
