@@ -9,6 +9,7 @@ role does not use. Variables carry the role's name as prefix.
 """
 
 import os
+import re
 
 import pytest
 import yaml
@@ -95,3 +96,58 @@ def test_no_option_is_given_twice_in_an_entry_point(role):
         pytest.skip("no argument specs")
     with open(full) as handle:
         yaml.load(handle, Loader=_NoTwiceLoader)  # noqa: S506 (a SafeLoader)
+
+
+# The rollout validates each role's options once, in its pre-flight (on every
+# host of the run, before any is touched); the per-host steps include their
+# entry points with rolespec_validate: false. That is safe only while the
+# entry point the pre-flight validates has every option of the one included.
+PREFLIGHT_ENTRY = {"reinstall": "preflight", "service": "unit", "balancer": "check"}
+# (options an entry point's own task file sets, whatever the inventory says)
+SET_BY_ENTRY = {("service", "rollback"): {"service_cutover_render"}}
+ROLLOUT_FILES = ["playbooks/tasks/rollout_host.yml", "playbooks/tasks/rollback_host.yml"]
+
+
+def _includes(tasks):
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            yield from _includes(task.get(key))
+        include = task.get("ansible.builtin.include_role") or task.get("ansible.builtin.import_role")
+        if include:
+            yield include, task.get("vars") or {}
+
+
+def _unvalidated():
+    found = []
+    for path in ROLLOUT_FILES:
+        with open(os.path.join(REPO, path)) as handle:
+            for include, play_vars in _includes(yaml.safe_load(handle)):
+                if include.get("rolespec_validate") is False:
+                    entry = include.get("tasks_from", "main")
+                    # (tasks_from chosen by a template: each entry point it names)
+                    for name in re.findall(r"'([\w.]+)'", entry) if "{{" in entry else [entry]:
+                        found.append((path, include["name"].split(".")[-1], name, play_vars))
+    return found
+
+
+def test_the_rollout_skips_validation_of_some_entry_points():
+    # (the test below must have something to check)
+    assert {(role, entry) for dummy, role, entry, dummy2 in _unvalidated()} >= {
+        ("reinstall", "stage.yml"), ("reinstall", "cleanup.yml"), ("balancer", "take_out"), ("service", "cutover")}
+
+
+@pytest.mark.parametrize("path,role,entry,play_vars", _unvalidated(), ids=lambda v: v if isinstance(v, str) else "")
+def test_an_entry_point_included_without_validation_has_only_options_the_preflight_validated(path, role, entry,
+                                                                                             play_vars):
+    specs = load(role, "meta", "argument_specs.yml")["argument_specs"]
+    entry = os.path.splitext(entry)[0]
+    if role not in PREFLIGHT_ENTRY:
+        # (a role the pre-flight does not validate: its options are the fleet's, checked there, or go to modules)
+        assert role in ("sm120_config", "debug_artifacts"), "%s includes %s without validation" % (path, role)
+        return
+    validated = set((specs[PREFLIGHT_ENTRY[role]].get("options") or {}))
+    # (the values the include sets itself are this file's own, not the inventory's)
+    unchecked = sorted(set((specs.get(entry) or {}).get("options") or {}) - validated - set(play_vars)
+                       - SET_BY_ENTRY.get((role, entry), set()))
+    assert not unchecked, "%s: %s/%s has options the pre-flight (%s) did not validate: %s" % (
+        path, role, entry, PREFLIGHT_ENTRY[role], unchecked)
