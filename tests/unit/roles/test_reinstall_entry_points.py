@@ -174,3 +174,47 @@ def test_cleanup_remove_is_what_was_removed_not_what_was_listed():
     assert _cleanup_remove_of(result) == ["/e/a"]
     # check mode: what would be removed
     assert _cleanup_remove_of(dict(result, check_mode=True, removed=[], gone=[], left=[])) == ["/e/a", "/e/b", "/e/c"]
+
+
+GIVEN = """---
+- name: Resolve a version taken as given
+  hosts: all
+  gather_facts: false
+  vars:
+    reinstall_resolve: false
+    reinstall_locked: false
+    reinstall_version: {version}
+  tasks:
+    - name: Resolve
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.reinstall
+        tasks_from: resolve
+    - name: Write the version
+      ansible.builtin.copy:
+        content: "{{{{ reinstall_target_version }}}}"
+        dest: {out}
+        mode: "0600"
+"""
+
+
+@pytest.mark.parametrize("version,refused", [("0.33.0", False), ("latest", True), (">=0.33", True)])
+def test_resolve_refuses_a_version_taken_as_given_that_is_not_exact(tmp_path, version, refused):
+    # (the pre-flight's one check of the target: resolve.yml's last step, before any host is touched)
+    inventory = tmp_path / "hosts"
+    inventory.write_text("h1 ansible_connection=local\n")
+    playbook = tmp_path / "given.yml"
+    playbook.write_text(GIVEN.format(version=json.dumps(version), out=json.dumps(str(tmp_path / "version"))))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    if refused:
+        assert proc.returncode == 2, out[-3000:]
+        assert "Refused on h1, nothing was stopped or changed: reinstall_version %s is not an exact version" % (
+            json.dumps(version)) in out
+        assert not (tmp_path / "version").exists()
+    else:
+        assert proc.returncode == 0, out[-3000:]
+        assert (tmp_path / "version").read_text() == version
