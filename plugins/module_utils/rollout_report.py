@@ -261,6 +261,21 @@ def skipped_hosts(rows):
     return [row.get("host") for row in rows if row.get("status") == "SKIPPED"]
 
 
+def host_failures(rows, summary):
+    """host -> the sentence its own failure of the run says, for each host that failed or was skipped (the
+    playbook fails each of them with it; SUMMARY is the path of summary.md)."""
+    found = {}
+    for row in rows:
+        host = one_line(row.get("host", "?"))
+        if str(row.get("status", "")).startswith("FAILED"):
+            found[row.get("host")] = "%s failed: %s (see %s)." % (
+                host, one_line(row.get("failure") or "see above").rstrip("."), summary)
+        elif row.get("status") == "SKIPPED":
+            found[row.get("host")] = "%s was skipped, not rolled: %s (see %s)." % (
+                host, one_line(row.get("skipped") or "?").rstrip("."), summary)
+    return found
+
+
 def summary_json(rows, batches, benchmark_report=None):
     return json.dumps({"hosts": rows, "batches": batches, "benchmark_report": benchmark_report}, indent=4, sort_keys=True) + "\n"
 

@@ -90,6 +90,14 @@ skipped_hosts:
   returned: always
   type: list
   elements: str
+host_failures:
+  description:
+    - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run
+      (its failure or why it was skipped, and where the summary is).
+  returned: always
+  type: dict
+  sample: {"gpu-node-2": "gpu-node-2 failed: Stop, switch, start and wait until ready, in one step: ... (see
+    ./gpufleet-reports/rollout-20261206T101500Z/summary.md)."}
 files:
   description: The files written (none in check mode).
   returned: always
@@ -139,10 +147,12 @@ def main():
             module.fail_json(msg='Could not write the rollout summary into %s: %s. The hosts are as the lines below say.'
                              % (path, to_native(exc)), lines=lines, files=files,
                              failed_hosts=rollout_report.failed_hosts(rows),
-                             skipped_hosts=rollout_report.skipped_hosts(rows))
+                             skipped_hosts=rollout_report.skipped_hosts(rows),
+                             host_failures=rollout_report.host_failures(rows, os.path.join(path, 'summary.md')))
     # a report is a new file on the control node each run, not a change to the fleet
     module.exit_json(changed=False, check_mode=module.check_mode, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
-                     skipped_hosts=rollout_report.skipped_hosts(rows), benchmark_report=benchmark_report)
+                     skipped_hosts=rollout_report.skipped_hosts(rows), benchmark_report=benchmark_report,
+                     host_failures=rollout_report.host_failures(rows, os.path.join(path, 'summary.md')))
 
 
 if __name__ == '__main__':

@@ -90,3 +90,16 @@ def test_a_locked_rollout_shows_the_lock_and_each_hosts_dependency_diff(tmp_path
                                     "- `lark 1.2.2 -> 1.3.1`", "- `vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501`",
                                     "- `+ gguf 0.19.0`"]
     assert "packages: 2 changed, 1 added, = lock 3f9a0c2b71de" in rollout_report.host_line(rows[0])
+
+
+def test_each_failed_or_skipped_host_gets_the_sentence_that_fails_it(run, tmp_path):
+    rows = ROWS + [{"host": "gpu-a03", "status": "SKIPPED", "skipped": "GPUs not healthy: GPU 3 has 12 retired pages."},
+                   {"host": "gpu-a04", "status": "FAILED, not rolled back", "failure": ""}]
+    rc, result = run({"path": str(tmp_path), "rows": rows})
+    summary = str(tmp_path / "summary.md")
+    assert rc == 0 and result["failed_hosts"] == ["gpu-a02", "gpu-a04"] and result["skipped_hosts"] == ["gpu-a03"]
+    assert result["host_failures"] == {
+        # (on one line: the failure's line break, escaped, cannot start another line in the run's output)
+        "gpu-a02": "gpu-a02 failed: cutover: not ready | within 60 s\\n[Service] (see %s)." % summary,
+        "gpu-a03": "gpu-a03 was skipped, not rolled: GPUs not healthy: GPU 3 has 12 retired pages (see %s)." % summary,
+        "gpu-a04": "gpu-a04 failed: see above (see %s)." % summary}
