@@ -70,7 +70,7 @@ ACTIVE_STATES = ("active", "activating", "reloading")
 RUNNING_STATES = ACTIVE_STATES + ("deactivating",)
 # the answer of systemctl show for the properties above is a few hundred bytes
 MAX_SHOW_CHARS = 64 * 1024
-VERBS = ("start", "stop", "restart", "daemon-reload")
+VERBS = ("start", "stop", "restart", "daemon-reload", "enable", "disable")
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")

@@ -26,7 +26,10 @@ description:
     O(keep) not rendered here, GPUs named by index in one and by UUID in the other) counts as sharing them.
   - Only regular files are read (a link is never followed), only their first 64 KiB, and at most 4096 directory
     entries; a unit directory with more is refused rather than half read.
-  - The module only reads. It never changes anything (C(changed=false)).
+  - Without O(enabled) the module only reads and never changes anything (C(changed=false)).
+  - With O(enabled), it also sets the boot state of O(keep) once that unit is proven (the service role's C(enable) step)
+    and makes the RV(others) that start at boot not start any more (C(systemctl enable) and C(systemctl disable), no
+    shell), in one step. Until then a reboot brings back the model that served before.
 options:
   unit_dir:
     description: The directory the service role renders its units into (its C(service_unit_dir)).
@@ -38,6 +41,20 @@ options:
         but never in RV(others).
       - Left out, every managed unit that runs or is enabled is in RV(others).
     type: str
+  enabled:
+    description:
+      - Whether O(keep) starts at boot. Left out, nothing is changed.
+      - Given, O(keep) is enabled (V(true)) or disabled (V(false)) when it is not so already, and every one of
+        RV(others) that starts at boot is disabled (also with V(false)); RV(changed_units) lists what changed.
+      - In check mode nothing is changed and RV(changed_units) says what would be, also for a O(keep) not rendered yet.
+        Outside check mode systemd must know O(keep) (the role renders it into O(unit_dir) first).
+    type: bool
+  disable_others:
+    description:
+      - With O(enabled), whether the RV(others) that start at boot are disabled. V(false) sets the boot state of
+        O(keep) alone.
+    type: bool
+    default: true
   systemctl:
     description: The path of C(systemctl). Default is the one found on the host's E(PATH).
     type: path
@@ -52,7 +69,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: The module only reads; check mode returns the same result.
+    details: Without O(enabled) the module only reads. With it, check mode changes nothing and says what it would.
   diff_mode:
     support: none
   platform:
@@ -71,6 +88,11 @@ EXAMPLES = r"""
   gpufleet.vllm.managed_units:
     keep: vllm-minimax-m25.service
   register: vllm_units
+
+- name: Make vllm-minimax-m25 the unit that starts at boot, and not the other models' units on its GPUs
+  gpufleet.vllm.managed_units:
+    keep: vllm-minimax-m25.service
+    enabled: true
 
 - name: Stop and disable them before the new model starts
   ansible.builtin.systemd_service:
@@ -144,9 +166,17 @@ units:
     other:
       description: Whether it is not O(keep).
       type: bool
+changed_units:
+  description:
+    - With O(enabled), the units whose boot state was set (in check mode, would be), each as C(unit) and C(enabled)
+      (the new state). Empty without O(enabled).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{unit: vllm-minimax-m25.service, enabled: true}, {unit: vllm-kimi-k25.service, enabled: false}]
 others:
   description: The RV(units) other than O(keep) that run or are enabled and may share a GPU with O(keep), what a model
-    switch stops and disables.
+    switch stops and disables (read before any change O(enabled) makes).
   returned: always
   type: list
   elements: dict
@@ -159,10 +189,13 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
+    ENABLED_STATES,
     SystemdError,
     managed_units,
     others_to_stop,
     reader,
+    run_verb,
+    show,
     unit_name,
 )
 
@@ -174,9 +207,12 @@ def main():
         argument_spec=dict(
             unit_dir=dict(type="path", default="/etc/systemd/system"),
             keep=dict(type="str"),
+            enabled=dict(type="bool"),
+            disable_others=dict(type="bool", default=True),
             systemctl=dict(type="path"),
             timeout=dict(type="int", default=30),
         ),
+        required_by=dict(enabled=["keep"]),
         supports_check_mode=True,
     )
     params = module.params
@@ -202,7 +238,44 @@ def main():
         module.fail_json(msg="Cannot list the vLLM units in %s: %s. Nothing was changed." % (
             shown(params["unit_dir"]), exc), changed=False, keep=keep)
     others = others_to_stop(units)
-    module.exit_json(changed=False, check_mode=module.check_mode, keep=keep, units=units, others=others)
+    changes = []
+    if params["enabled"] is not None:
+        changes = boot_changes(module, systemctl, keep, params["enabled"], units, others if params["disable_others"] else [])
+        for done, change in enumerate(changes):
+            if module.check_mode:
+                break
+            try:
+                run_verb(reader(params["timeout"]), systemctl, "enable" if change["enabled"] else "disable", change["unit"])
+            except SystemdError as exc:
+                module.fail_json(msg="Could not %s %s at boot: %s. %s" % (
+                    "enable" if change["enabled"] else "disable", change["unit"], exc,
+                    ("Changed before it: %s." % ", ".join(c["unit"] for c in changes[:done])) if done else "Nothing was changed."),
+                    changed=done > 0, keep=keep, units=units, others=others, changed_units=changes[:done])
+    module.exit_json(changed=bool(changes), check_mode=module.check_mode, keep=keep, units=units, others=others,
+                     changed_units=changes)
+
+
+def boot_changes(module, systemctl, keep, enabled, units, others):
+    """What enabled=ENABLED changes: KEEP's boot state when it differs, then each of OTHERS that starts at boot."""
+    mine = [u for u in units if u["unit"] == keep]
+    if mine:
+        is_enabled = mine[0]["enabled"]
+    else:
+        # (a unit systemd knows from elsewhere than unit_dir: its own state)
+        try:
+            props = show(reader(module.params["timeout"]), systemctl, keep, ("LoadState", "UnitFileState"))
+        except SystemdError as exc:
+            module.fail_json(msg="Cannot read %s: %s. Nothing was changed." % (keep, exc), changed=False, keep=keep,
+                             units=units, others=others)
+        if props.get("LoadState") == "not-found" and not module.check_mode:
+            module.fail_json(msg="systemd does not know %s, so its boot state cannot be set: render it first (the "
+                                 "service role's unit step). Nothing was changed." % keep,
+                             changed=False, keep=keep, units=units, others=others)
+        # (check mode before the unit is rendered: it would be set once it is)
+        is_enabled = None if props.get("LoadState") == "not-found" else (props.get("UnitFileState") or "") in ENABLED_STATES
+    changes = [] if is_enabled == enabled else [{"unit": keep, "enabled": enabled}]
+    changes.extend({"unit": u["unit"], "enabled": False} for u in others if u["enabled"])
+    return changes
 
 
 if __name__ == "__main__":

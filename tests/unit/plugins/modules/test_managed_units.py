@@ -185,3 +185,72 @@ def test_a_unit_with_drop_ins_counts_as_sharing_the_gpus(world):
     kimi = res["others"][0]
     assert kimi["unit"] == "vllm-kimi-k25.service" and kimi["gpus"] is None
     assert "drop-ins /etc/systemd/system/vllm-kimi-k25.service.d/override.conf" in kimi["gpus_unknown"]
+
+
+def test_enabled_sets_keep_at_boot_and_disables_the_others_on_its_gpus_in_one_step(world):
+    world.unit("vllm-kimi.service", running=True, enabled=True)
+    world.unit("vllm-minimax.service")
+    world.unit("someone-else.service", marked=False, enabled=True)
+    rc, result = world.run(keep="vllm-minimax", enabled=True)
+    assert rc == 0 and result["changed"] is True, result
+    assert result["changed_units"] == [{"unit": "vllm-minimax.service", "enabled": True},
+                                       {"unit": "vllm-kimi.service", "enabled": False}]
+    assert "enabled" in world.systemctl("is-enabled", "vllm-minimax.service").stdout
+    assert "disabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
+    # (a unit the role did not render is never touched)
+    assert "enabled" in world.systemctl("is-enabled", "someone-else.service").stdout
+    rc, again = world.run(keep="vllm-minimax", enabled=True)
+    assert rc == 0 and again["changed"] is False and again["changed_units"] == []
+
+
+def test_enabled_in_check_mode_changes_nothing_and_says_what_it_would(world):
+    world.unit("vllm-kimi.service", enabled=True)
+    world.unit("vllm-minimax.service")
+    rc, result = world.run(keep="vllm-minimax", enabled=True, _ansible_check_mode=True)
+    assert rc == 0 and result["changed"] is True and [c["unit"] for c in result["changed_units"]] == [
+        "vllm-minimax.service", "vllm-kimi.service"]
+    assert "disabled" in world.systemctl("is-enabled", "vllm-minimax.service").stdout
+    assert "enabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
+    # (check mode before the unit is rendered: not looked up, said as what would be set)
+    rc, result = world.run(keep="vllm-new", enabled=True, _ansible_check_mode=True)
+    assert rc == 0 and result["changed_units"][0] == {"unit": "vllm-new.service", "enabled": True}
+
+
+def test_enabled_false_and_disable_others_false(world):
+    world.unit("vllm-kimi.service", enabled=True)
+    world.unit("vllm-minimax.service", enabled=True)
+    rc, result = world.run(keep="vllm-minimax", enabled=False, disable_others=False)
+    assert rc == 0 and result["changed_units"] == [{"unit": "vllm-minimax.service", "enabled": False}]
+    assert "enabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
+
+
+def test_enabled_refuses_a_unit_systemd_does_not_know_and_changes_nothing(world):
+    world.unit("vllm-kimi.service", enabled=True)
+    rc, result = world.run(keep="vllm-missing", enabled=True)
+    assert rc == 1 and result["changed"] is False
+    assert result["msg"].startswith("systemd does not know vllm-missing.service, so its boot state cannot be set")
+    assert "enabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
+
+
+def test_enabled_sets_a_unit_systemd_knows_from_elsewhere(world):
+    # (a unit file that is not in unit_dir: set by its own state)
+    world.unit("vllm-elsewhere.service", marked=False)
+    rc, result = world.run(keep="vllm-elsewhere", enabled=True)
+    assert rc == 0 and result["changed_units"] == [{"unit": "vllm-elsewhere.service", "enabled": True}]
+    assert "enabled" in world.systemctl("is-enabled", "vllm-elsewhere.service").stdout
+
+
+def test_a_failed_disable_says_what_was_changed_before_it(world, tmp_path):
+    world.unit("vllm-kimi.service", enabled=True)
+    world.unit("vllm-minimax.service")
+    # a systemctl that enables, then fails every disable
+    real = world.env["PATH"].split(os.pathsep)[0]
+    wrapper = tmp_path / "failing-systemctl"
+    wrapper.write_text('#!/bin/sh\nif [ "$1" = disable ]; then echo "Access denied" >&2; exit 1; fi\n'
+                       'exec "%s/systemctl" "$@"\n' % real)
+    wrapper.chmod(0o755)
+    rc, result = world.run(keep="vllm-minimax", enabled=True, systemctl=str(wrapper))
+    assert rc == 1 and result["changed"] is True
+    assert result["changed_units"] == [{"unit": "vllm-minimax.service", "enabled": True}]
+    assert "Could not disable vllm-kimi.service at boot" in result["msg"]
+    assert "Changed before it: vllm-minimax.service." in result["msg"]
