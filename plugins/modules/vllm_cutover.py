@@ -94,6 +94,13 @@ options:
     type: list
     elements: str
     default: []
+  stop_others_in:
+    description:
+      - A model switch, found by the module itself. The directory the service role renders its units into (its
+        C(service_unit_dir)); the other units the role rendered there that run or start at boot and may use one of
+        O(unit)'s GPUs (what M(gpufleet.vllm.managed_units) returns as C(others)) are added to O(stop_units).
+      - Read before anything is stopped; a directory that cannot be read fails the task with nothing stopped.
+    type: path
   serving_from_unit:
     description:
       - Take the port and served model name of the readiness gate (its C(--port), C(--served-model-name) or model),
@@ -547,6 +554,7 @@ def main():
             daemon_reload=dict(type="bool", default=False),
             ready=dict(type="bool", default=True),
             stop_units=dict(type="list", elements="str", default=[]),
+            stop_others_in=dict(type="path"),
             serving_from_unit=dict(type="bool", default=False),
             systemctl_timeout=dict(type="int", default=300),
             timeout=dict(type="int", default=900),
@@ -612,6 +620,17 @@ def main():
              % (unit, "restarted" if params["start"] else "stopped"), failed_step="unit", **untouched)
     limit = params["systemctl_timeout"]
     read_command = bounded.runner(min(limit, bounded.READ_TIMEOUT))
+    if params["stop_others_in"]:
+        if not params["stop_others_in"].startswith("/"):
+            fail(msg="Nothing was stopped: stop_others_in must be an absolute path, got %s."
+                 % shown(params["stop_others_in"]), failed_step="options", **untouched)
+        try:
+            found = systemd.others_to_stop(systemd.managed_units(read_command, systemctl, params["stop_others_in"],
+                                                                 keep=unit))
+        except systemd.SystemdError as exc:
+            fail(msg="The other models' units in %s cannot be read (stop_others_in): %s; nothing was stopped."
+                 % (shown(params["stop_others_in"]), exc), failed_step="unit", **untouched)
+        stop_units += [other["unit"] for other in found if other["unit"] not in stop_units]
     port, served_model_name, vram = params["port"], params["served_model_name"], params["vram"]
     host, api_key = params["host"], params["api_key"]
     if params["serving_from_unit"]:

@@ -789,3 +789,30 @@ def test_the_stop_alone_of_a_unit_that_does_not_run_still_stops_the_other_units(
     assert res["others"] == [{"unit": OLD, "was_active": True, "was_enabled": False, "stopped": True}]
     assert res["msg"].startswith("%s was not running; %s stopped in" % (UNIT, OLD))
     assert vram_used(h.nvml) == [0] * 8
+
+
+def test_stop_others_in_finds_the_other_model_itself_and_stops_it_inside_the_window(host):
+    h = host()
+    old_port = old_model(h)
+    assert h.systemctl("start", OLD).returncode == 0
+    wait_health(old_port)
+    # (no stop_units: the module reads the role's units in the directory, the old model's shares the GPUs)
+    rc, res = h.run(h.args(stop_others_in=str(h.tmp / "units")))
+    assert rc == 0, res["msg"]
+    assert res["others"] == [{"unit": OLD, "was_active": True, "was_enabled": False, "stopped": True}]
+    assert [c.split()[0] + " " + c.split()[-1] for c in h.calls()] == [
+        "start " + OLD, "stop " + UNIT, "stop " + OLD, "start " + UNIT]
+
+
+@pytest.mark.parametrize("where,words", [
+    ("units", "stop_others_in must be an absolute path"),
+    # (a file where the directory should be)
+    ("{tmp}/a-file", "cannot be read (stop_others_in)"),
+])
+def test_stop_others_in_that_cannot_be_read_stops_nothing(host, where, words):
+    h = host()
+    (h.tmp / "a-file").write_text("not a directory\n")
+    pid = h.start_serving()
+    rc, res = h.run(h.args(stop_others_in=where.format(tmp=h.tmp)))
+    assert rc == 1 and words in res["msg"] and not res["stopped"], res["msg"]
+    assert fakesystemd._alive(pid)
