@@ -279,67 +279,22 @@ files:
       sample: /models/Kimi-K2.5/config.json.4242.2025-06-01@12:00:00~
 """
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
-    MAX_SIZE,
-    JSONEditError,
-    diff_of,
-    directory_entries,
-    plan_file,
-    printable,
-    public_result,
-    write_plan,
+from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import MAX_SIZE, plan_file, write_plan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.modelconfig import (
+    ModelConfigError,
+    apply_plans,
+    entries,
+    plan_entries,
+    summary,
 )
 
 
 # the clock of the timeout (a name of its own, so that a test can make time pass)
 _clock = time.monotonic
-
-
-def _entries(module):
-    """(file path, key paths, required, base directory) for each file to consider."""
-    path = module.params['path']
-    files = module.params['files']
-    absent = module.params['absent']
-    if not os.path.exists(path):
-        module.fail_json(msg='%s does not exist. Give an existing model directory or JSON file.' % path)
-    if os.path.isdir(path):
-        if absent is not None:
-            module.fail_json(msg='%s is a directory: list the files and their keys in "files", or give the path '
-                                 'of one JSON file together with "absent".' % path)
-        try:
-            return [entry + (path,) for entry in directory_entries(path, files)]
-        except JSONEditError as exc:
-            module.fail_json(msg=exc.msg)
-    if files is not None:
-        module.fail_json(msg='%s is a file: give its keys in "absent" ("files" is for a model directory).' % path)
-    if not absent:
-        module.fail_json(msg='%s is a file: "absent" must list at least one key path.' % path)
-    return [(path, absent, True, None)]
-
-
-def _late(deadline, path):
-    """'The time limit of N s (timeout) passed before PATH' (PATH printable)."""
-    text = deadline.message(printable(path))
-    return text[:1].upper() + text[1:]
-
-
-def _written_so_far(results):
-    """A sentence naming the files already written and the backups made."""
-    written = [r['written'] for r in results if r.get('written')]
-    backups = [r['backup_file'] for r in results if r.get('backup_file')]
-    if not written and not backups:
-        return ' No other file was written.'
-    text = ''
-    if written:
-        text += ' Already written before this failure: %s.' % ', '.join(written)
-    if backups:
-        text += ' Backups made: %s.' % ', '.join(backups)
-    return text
 
 
 def main():
@@ -362,60 +317,22 @@ def main():
         supports_check_mode=True,
     )
 
-    if module.params['max_size'] < 1:
-        module.fail_json(msg='max_size must be a positive number of bytes, got %d.' % module.params['max_size'])
-    if not 1 <= module.params['timeout'] <= 604800:
-        module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d.' % module.params['timeout'])
-    deadline = Deadline(module.params['timeout'], clock=_clock)
-    plans = []
-    for path, keys, required, base in _entries(module):
-        if deadline.passed():
-            module.fail_json(msg='%s was planned. Nothing was changed (%d file(s) planned, none written).' % (
-                _late(deadline, path), len(plans)), changed=False, file=printable(path))
-        try:
-            plans.append(plan_file(path, keys, required=required, symlinks=module.params['symlinks'], base=base,
-                                   max_size=module.params['max_size']))
-        except JSONEditError as exc:
-            details = dict((k, v) for k, v in (('file', exc.path), ('line', exc.line), ('column', exc.column))
-                           if v is not None)
-            module.fail_json(msg=exc.msg, changed=False, **details)
-        except (OSError, ValueError, RecursionError, MemoryError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else '%s: %s' % (type(exc).__name__, exc)
-            module.fail_json(msg='cannot plan the edit of %s: %s. Nothing was changed.' % (printable(path), printable(reason)),
-                             changed=False, file=printable(path))
+    params = module.params
+    if params['max_size'] < 1:
+        module.fail_json(msg='max_size must be a positive number of bytes, got %d.' % params['max_size'])
+    if not 1 <= params['timeout'] <= 604800:
+        module.fail_json(msg='timeout must be from 1 to 604800 seconds, got %d.' % params['timeout'])
+    deadline = Deadline(params['timeout'], clock=_clock)
+    try:
+        # (plan_file and write_plan by their names here, so that a test can slow them down)
+        plans = plan_entries(entries(params['path'], params['files'], params['absent']), deadline,
+                             symlinks=params['symlinks'], max_size=params['max_size'], planner=plan_file)
+        results, diffs = apply_plans(module, plans, deadline, backup=params['backup'], writer=write_plan)
+    except ModelConfigError as exc:
+        module.fail_json(msg=exc.msg, **exc.details)
 
-    results = []
-    diffs = []
-    written_any = False
-    for plan in plans:
-        public = public_result(plan)
-        if plan['changed']:
-            diffs.append(diff_of(plan))
-            if not module.check_mode:
-                if deadline.passed():
-                    module.fail_json(msg='%s was written.%s' % (_late(deadline, plan['_write_path']), _written_so_far(results)),
-                                     file=printable(plan['_write_path']), changed=written_any, files=results)
-                try:
-                    backup_file = write_plan(module, plan, backup=module.params['backup'])
-                except JSONEditError as exc:
-                    if exc.backup_file:
-                        public['backup_file'] = printable(exc.backup_file)
-                    module.fail_json(msg=exc.msg + _written_so_far(results), file=exc.path,
-                                     changed=written_any or bool(exc.backup_file), files=results + [public])
-                written_any = True
-                public['written'] = printable(plan['_write_path'])
-                if backup_file:
-                    public['backup_file'] = printable(backup_file)
-        results.append(public)
-
-    removed_count = sum(r['removed_count'] for r in results)
-    changed_files = sum(1 for r in results if r['changed'])
-    if removed_count:
-        verb = 'would remove' if module.check_mode else 'removed'
-        msg = '%s %d key(s) from %d file(s)' % (verb, removed_count, changed_files)
-    else:
-        msg = 'nothing to remove: the keys are already absent'
-    result = dict(changed=bool(removed_count), msg=msg, removed_count=removed_count, files=results,
+    msg, removed_count, changed = summary(results, module.check_mode)
+    result = dict(changed=changed, msg=msg, removed_count=removed_count, files=results,
                   check_mode=module.check_mode)
     if module._diff and diffs:
         result['diff'] = diffs

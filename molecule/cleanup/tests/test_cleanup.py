@@ -172,12 +172,13 @@ def test_reported_sm120_result(result):
 
 def test_malformed_json_fails_naming_file_line_column_and_nothing_is_written(host, prepared):
     record = read_json(host, TEST_DIR + "/side-malformed.json")
-    assert record["task"] == "Plan the edits of every model directory before writing any"
-    failed = [r for r in record["result"]["results"] if r.get("failed")]
-    assert [r["item"] for r in failed] == ["/shared/side/broken"]
-    msg = failed[0]["msg"]
+    # (one module run plans every directory before it writes any: the failure names the malformed one)
+    assert record["task"] == "Decide and remove the KV-cache quantization keys from the model configs"
+    failed = record["result"]
+    assert failed["model_dir"] == "/shared/side/broken"
+    msg = failed["msg"]
     assert BROKEN in msg and "line 10, column 3" in msg, msg
-    assert failed[0]["line"] == 10 and failed[0]["column"] == 3
+    assert failed["line"] == 10 and failed["column"] == 3
     # neither the malformed directory nor the dirty one planned before it was written
     for path, entry in prepared["shared"].items():
         if path.startswith(("/shared/side/broken/", "/shared/side/dirty/")) and entry["type"] == "file":

@@ -18,6 +18,9 @@ from helpers import load_source, run_plays
 
 fixtures = load_source("gpufleet_model_fixtures_role", "tests", "sim", "model", "fixtures.py")
 
+# the role's one task on the host (the settings, the GPUs, the decision, the plan of every directory, the edit)
+TASK = "Decide and remove the KV-cache quantization keys from the model configs"
+
 H100 = {"available": True, "sm120": False, "compute_capabilities": ["9.0"], "count": 8, "names": ["NVIDIA H100"]}
 
 # (case, play variables, play keywords); {root} is the test's directory
@@ -180,7 +183,7 @@ def test_gpus_that_are_not_sm120_change_nothing_and_say_why(runs):
 
 def test_bad_file_names_fail_before_anything_is_read(runs):
     failure = runs[2]["bad_files.failed.json"]
-    assert failure["task"] == "Check the settings and whether the GPUs have to be read"
+    assert failure["task"] == TASK
     assert '"../config.json" (a name with "..")' in failure["result"]["msg"]
     assert "bad_files.json" not in runs[2]
 
@@ -188,11 +191,14 @@ def test_bad_file_names_fail_before_anything_is_read(runs):
 def test_malformed_config_fails_the_plan_naming_line_and_column_and_nothing_is_written(runs):
     root = runs[0]
     failure = runs[2]["malformed.failed.json"]
-    assert failure["task"] == "Plan the edits of every model directory before writing any"
-    failed = [r for r in failure["result"]["results"] if r.get("failed")]
-    assert [r["item"] for r in failed] == [root + "/side/broken"]
-    assert failed[0]["line"] == 5 and failed[0]["column"] == 3, failed[0]["msg"]
-    assert root + "/side/broken/config.json" in failed[0]["msg"]
+    # one task plans every directory before writing any: the failure names the directory, file, line and column
+    assert failure["task"] == TASK
+    failed = failure["result"]
+    assert failed["failed"] is True and failed["changed"] is False
+    assert failed["model_dir"] == root + "/side/broken"
+    assert failed["line"] == 5 and failed["column"] == 3, failed["msg"]
+    assert root + "/side/broken/config.json" in failed["msg"]
+    assert "No file was changed in any of the 2 model directories" in failed["msg"]
     assert _unchanged(runs, "side")
 
 
@@ -225,7 +231,7 @@ def test_an_older_build_loses_both_keys_in_both_files_naming_its_row(runs):
 
 def test_a_bad_table_of_builds_fails_before_anything_is_read(runs):
     failure = runs[2]["bad_builds.failed.json"]
-    assert failure["task"] == "Check the settings and whether the GPUs have to be read"
+    assert failure["task"] == TASK
     assert "fleet_sm120_fp8_kv_cache_builds[0].versions must be a PEP 440 version specifier" in failure["result"]["msg"]
     assert "bad_builds.json" not in runs[2]
     assert _unchanged(runs, "newer")
