@@ -35,6 +35,10 @@ import re
 import time
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import (
+    PROBE_TIMEOUT,
+    locate_environment,
+)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.filecheck import (
     OK,
     SMALL,
@@ -51,6 +55,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import (
     canonical_name,
     canonical_version,
+    not_accepted,
     set_fingerprint,
     valid_name,
 )
@@ -606,6 +611,38 @@ def fingerprint_environment(environment, verify=True, expected=None, expected_fi
     }
     result["msg"] = summary(result)
     return clean_strings(result)
+
+
+def check_environment(python=None, venv=None, site_packages=None, python_timeout=PROBE_TIMEOUT, verify=True,
+                      expected=None, expected_fingerprint=None, accept_not_pristine=(), max_list=50, timeout=None):
+    """The check of the module env_fingerprint (and of the decision of vllm_envs): ``expected`` checked first, the
+    environment located from exactly one of ``python``, ``venv``, ``site_packages`` (an interpreter stopped after
+    ``python_timeout`` seconds), then :func:`fingerprint_environment` within ``timeout`` seconds.  With
+    ``verify``, ``unaccepted`` names every distribution that is not pristine but those of ``accept_not_pristine``
+    (any spelling).
+
+    Raises :class:`IntegrityError` for an ``expected`` that cannot be compared, when no fingerprint is possible,
+    and for an unexpected error, in one sentence.
+    """
+    if expected is not None:
+        try:
+            normalize_expected(expected)
+        except ValueError as exc:
+            raise IntegrityError("The expected option cannot be compared: %s. Nothing was checked." % exc)
+    try:
+        environment = locate_environment(python=python, venv=venv, site_packages=site_packages, timeout=python_timeout)
+        result = fingerprint_environment(environment, verify=verify, expected=expected,
+                                         expected_fingerprint=expected_fingerprint, max_list=max_list, timeout=timeout)
+    except IntegrityError:
+        raise
+    except (OSError, RecursionError, MemoryError, ValueError, RuntimeError) as exc:
+        # Not expected: say what happened in one sentence rather than with a traceback.
+        raise IntegrityError("The environment fingerprint stopped on an unexpected %s: %s. Nothing was changed (the "
+                             "check only reads)." % (type(exc).__name__, exc))
+    if verify:
+        result["unaccepted"] = not_accepted([d["name"] for d in result["distributions"] if d.get("pristine") is False],
+                                            accept_not_pristine)
+    return result
 
 
 def _pairs(items, first):

@@ -56,8 +56,9 @@ This module is the orchestration; each concern has its own module:
 
 Public API, used by the module, the ``reinstall`` role and the ``audit``
 playbook: :func:`verify` (the whole check, returns the module's result
-dict), :func:`drift_summary` (its one sentence), :data:`CLASSES` and
-:data:`DRIFT_CLASSES`.
+dict), :func:`check_installed` (the environment located, then verify, as the
+modules package_integrity and vllm_envs run it), :func:`drift_summary` (its
+one sentence), :data:`CLASSES` and :data:`DRIFT_CLASSES`.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -69,6 +70,7 @@ import stat
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import (
+    PROBE_TIMEOUT,
     locate_environment,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.filecheck import (
@@ -581,6 +583,30 @@ def _check_startup_hooks(environment, real_site, recorded, owners, check, rescan
                 check.add("unowned", {"path": label, "owner": owner_entry,
                                       "reason": "start-up hook listed by %s, but its content no longer matches that RECORD" % owner_entry})
                 rescan.append((label, full, "unowned"))
+
+
+def check_installed(dist_name="vllm", python=None, venv=None, site_packages=None, python_timeout=PROBE_TIMEOUT,
+                    timeout=None, **options):
+    """The check of the module package_integrity (and of the decision of vllm_envs): the environment located from
+    exactly one of ``python``, ``venv``, ``site_packages`` (an interpreter stopped after ``python_timeout``
+    seconds), then :func:`verify` with ``options`` (wheel, patterns, uv_cache_dirs, max_list, diff_max_bytes)
+    within ``timeout`` seconds.  The result has ``changed`` false and ``version_matches`` null (the module compares
+    a version).
+
+    Raises :class:`IntegrityError` when no verdict is possible, and for an unexpected error, in one sentence.
+    """
+    try:
+        environment = locate_environment(python=python, venv=venv, site_packages=site_packages, timeout=python_timeout)
+        result = verify(dist_name=dist_name, environment=environment, timeout=timeout, **options)
+    except IntegrityError:
+        raise
+    except (OSError, RecursionError, MemoryError, ValueError, RuntimeError) as exc:
+        # Not expected: say what happened in one sentence rather than with a traceback.
+        raise IntegrityError("The integrity check of %s stopped on an unexpected %s: %s. Nothing was changed (the "
+                             "check only reads)." % (dist_name, type(exc).__name__, exc))
+    result["changed"] = False
+    result["version_matches"] = None
+    return result
 
 
 def drift_summary(result, first=5):

@@ -20,7 +20,11 @@ Public API:
 * :func:`remove_envs` -- remove those, each relative to the opened
   directory, checked again right before it goes (gone, replaced by a link,
   another directory under the same name: left alone and said so).
-* :func:`check_options` -- the options' problems, one sentence each.
+* :func:`check_options` -- the options' problems, one sentence each
+  (:func:`check_decide_options`: those of the decision what to stage).
+* :func:`new_env_path` -- the path of a new environment for a version.
+
+What to stage (none, reuse, build) is decided by module_utils/stageplan.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -31,6 +35,7 @@ import re
 import shutil
 import stat
 import sys
+import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character, shown as _shown_cut
 
@@ -102,6 +107,31 @@ def check_options(envs_dir, package, current_link="", previous_link="", adopt_ve
         if problem:
             problems.append(problem)
     return problems
+
+
+def check_decide_options(state, target_version, stamp="", max_list=1, timeout=1):
+    """The problems of the options of the decision what to stage, one sentence each (empty: all fine)."""
+    problems = []
+    if state != "listed":
+        problems.append("decide only reads: give it with state=listed, not %s" % shown(state))
+    if not target_version or not str(target_version).strip():
+        problems.append("decide needs target_version (the version about to be staged; reinstall_target_version "
+                        "from resolve.yml in the role)")
+    if stamp and not re.fullmatch(STAMP, stamp):
+        problems.append("stamp must be a UTC time as YYYYMMDDTHHMMSSZ (for example 20261204T101500Z), got %s"
+                        % shown(stamp))
+    if max_list < 1:
+        problems.append("check_max_list must be 1 or more, got %d" % max_list)
+    if timeout < 1:
+        problems.append("check_timeout must be 1 or more seconds, got %d" % timeout)
+    return problems
+
+
+def new_env_path(envs_dir, package, version, stamp=""):
+    """Where a new environment of PACKAGE at VERSION goes: ENVS_DIR/<package>-<version made safe>-<STAMP> (STAMP:
+    the UTC time as YYYYMMDDTHHMMSSZ; empty, now)."""
+    stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return os.path.join(envs_dir, "%s-%s-%s" % (package, version_safe(version), stamp))
 
 
 def read_link(path):

@@ -341,9 +341,7 @@ elapsed:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment, normalize_expected
-from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import not_accepted
+from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import check_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -424,30 +422,16 @@ def main():
         if not _FINGERPRINT.match(expected_fingerprint):
             module.fail_json(msg=safe_text("expected_fingerprint must be sha256: and 64 hexadecimal digits, as the lock "
                                            "gives it (got %r)." % params["expected_fingerprint"][:100]))
-    if params["expected"] is not None:
-        try:
-            normalize_expected(params["expected"])
-        except ValueError as exc:
-            module.fail_json(msg=safe_text("The expected option cannot be compared: %s. Nothing was checked." % exc))
-
     try:
-        environment = locate_environment(python=params["python"], venv=params["venv"],
-                                         site_packages=params["site_packages"], timeout=params["python_timeout"])
-        result = fingerprint_environment(environment, verify=params["verify"], expected=params["expected"],
-                                         expected_fingerprint=expected_fingerprint, max_list=params["max_list"],
-                                         timeout=params["timeout"])
+        result = check_environment(python=params["python"], venv=params["venv"], site_packages=params["site_packages"],
+                                   python_timeout=params["python_timeout"], verify=params["verify"],
+                                   expected=params["expected"], expected_fingerprint=expected_fingerprint,
+                                   accept_not_pristine=params["accept_not_pristine"], max_list=params["max_list"],
+                                   timeout=params["timeout"])
     except IntegrityError as exc:
         module.fail_json(msg=safe_text(str(exc)), changed=False)
-    except (OSError, RecursionError, MemoryError, ValueError, RuntimeError) as exc:
-        # Not expected: say what happened in one sentence rather than with a traceback.
-        module.fail_json(msg=safe_text("The environment fingerprint stopped on an unexpected %s: %s. Nothing was "
-                                       "changed (the check only reads)." % (type(exc).__name__, exc)), changed=False)
 
-    result["changed"] = False
     result["check_mode"] = module.check_mode
-    if params["verify"]:
-        result["unaccepted"] = not_accepted([d["name"] for d in result["distributions"] if d.get("pristine") is False],
-                                            params["accept_not_pristine"])
     if params["fail_on_mismatch"] and result["matches"] is False:
         result["msg"] = safe_text(mismatch_message(result))
         module.fail_json(**result)

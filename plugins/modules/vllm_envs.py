@@ -25,6 +25,14 @@ description:
     already gone is listed in RV(gone); one that became a link or another directory since the listing, or that
     O(current_link) or O(previous_link) points at now (read again right before each removal, as another run may
     have switched), is left alone and listed in RV(left).
+  - With O(decide=true), also checks, in the same call, the current environment and the one to reuse, and decides
+    what the role stages (RV(action), RV(env)). V(none) when the current environment's O(package) is pristine at
+    O(target_version) (every file as its C(RECORD) says, as M(gpufleet.vllm.package_integrity) checks it) and, with
+    O(lock_pins), the environment holds exactly the lock's packages, each pristine but those of
+    O(accept_not_pristine) (as M(gpufleet.vllm.env_fingerprint) checks it); V(reuse) when RV(reuse) is; V(build)
+    otherwise, or with O(force), into a new path. Each check runs only when the decision needs it; the results are
+    returned in the shapes those modules return (RV(current_check), RV(current_fingerprint), RV(reuse_check),
+    RV(reuse_fingerprint)). The rule is the one of the filter P(gpufleet.vllm.reinstall_plan#filter).
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
@@ -78,12 +86,64 @@ options:
     description: The most entries of O(envs_dir) read. Past it the task fails before anything is removed.
     type: int
     default: 10000
+  decide:
+    description:
+      - Also check the current environment (RV(current_env)) and the one to reuse (RV(reuse)) and decide what to stage,
+        returned in RV(action) and RV(env). Needs O(target_version) and O(state=listed).
+      - A check that cannot run (no such environment, no O(package) in it, a bound passed) does not fail the task;
+        that environment is then not the target.
+    type: bool
+    default: false
+  force:
+    description: With O(decide), build a new environment whatever the current one and the one to reuse hold.
+    type: bool
+    default: false
+  lock_pins:
+    description:
+      - With O(decide), the lock's packages (name to version, the pins of the lock the role resolved). The current
+        environment, and the one to reuse, is the target only when it holds exactly these, each pristine but those
+        of O(accept_not_pristine).
+      - Unset, only O(package) is checked (a run without a lock).
+    type: dict
+  accept_not_pristine:
+    description:
+      - With O(decide) and O(lock_pins), the distributions (any spelling) that may be not pristine in an environment
+        that is the target (a package whose own C(RECORD) does not match its files upstream).
+    type: list
+    elements: str
+    default: []
+  uv_cache_dir:
+    description:
+      - With O(decide), the uv cache directories to look in for files sharing an inode with a modified file of
+        O(package) (RV(current_check.uv_cache_tainted)).
+      - By default C($UV_CACHE_DIR), C($XDG_CACHE_HOME/uv) and C(~/.cache/uv) of the user the module runs as, where
+        they exist. Give C([]) to skip that look.
+    type: list
+    elements: path
+  check_max_list:
+    description: With O(decide), the most entries returned in each list of each check's result (their totals are complete).
+    type: int
+    default: 50
+  check_timeout:
+    description:
+      - With O(decide), the seconds each check may take on the host. Past it, that check stops and its environment
+        is not the target (the result says how far it got). Up to four checks run.
+    type: int
+    default: 600
+  stamp:
+    description:
+      - With O(decide), the UTC time in the name of a new environment (RV(env) for V(build)), as C(YYYYMMDDTHHMMSSZ),
+        for example the control node's time now. Empty for the host's time now.
+    type: str
+    default: ""
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: With O(state=pruned), lists what would be removed in RV(to_remove) and removes nothing.
+    details:
+      - With O(state=pruned), lists what would be removed in RV(to_remove) and removes nothing.
+      - O(decide) only reads; check mode returns the same decision.
   diff_mode:
     support: full
     details: The staged environments before and after the cleanup.
@@ -95,7 +155,12 @@ requirements:
 notes:
   - Removing one environment (a vLLM venv holds tens of thousands of files) takes as long as the filesystem needs; the
     listing reads at most O(max_entries) entries.
+  - "The checks of O(decide) have the bounds of M(gpufleet.vllm.package_integrity) and M(gpufleet.vllm.env_fingerprint):
+    nothing is run (the environment's C(lib/python*/site-packages) is read), files are hashed in 1 MiB chunks,
+    C(RECORD) and the walks are bounded, and each check stops after O(check_timeout) seconds."
 seealso:
+  - module: gpufleet.vllm.package_integrity
+  - module: gpufleet.vllm.env_fingerprint
   - module: gpufleet.vllm.vllm_cutover
   - module: gpufleet.vllm.free_space
 author: gpufleet.vllm developers (@gpufleet)
@@ -109,6 +174,20 @@ EXAMPLES = r"""
     previous_link: /opt/vllm/previous
     adopt_venv: /root/ml-env
     target_version: 0.33.0
+  register: envs
+
+- name: Read the environments, check the current one and the one to reuse against the lock, and decide
+  gpufleet.vllm.vllm_envs:
+    envs_dir: /opt/vllm/envs
+    current_link: /opt/vllm/current
+    previous_link: /opt/vllm/previous
+    target_version: 0.33.0
+    decide: true
+    lock_pins:
+      vllm: 0.33.0
+      torch: 2.10.0
+    accept_not_pristine: [pynvvideocodec]
+    stamp: "{{ now(utc=true, fmt='%Y%m%dT%H%M%SZ') }}"
   register: envs
 
 - name: Remove the environments beyond the 2 newest (never the current or the previous one)
@@ -215,6 +294,48 @@ gone:
   returned: always
   type: list
   elements: str
+action:
+  description:
+    - What to stage. V(none) (the current environment is the target), V(reuse) (RV(reuse) is) or V(build) (a new one,
+      or O(force)).
+  returned: with O(decide)
+  type: str
+  sample: build
+env:
+  description:
+    - The environment to serve after staging. For V(none) RV(current_env), for V(reuse) RV(reuse), for V(build) a new
+      path in O(envs_dir) named C(<package>-<version>-<stamp>) (not created here).
+  returned: with O(decide)
+  type: str
+  sample: /opt/vllm/envs/vllm-0.33.0-20261204T101500Z
+current_check:
+  description:
+    - The M(gpufleet.vllm.package_integrity) result of O(package) in RV(current_env) (C(pristine), C(version),
+      C(counts), C(files), C(uv_cache_tainted) and the rest).
+    - When it did not run (no current environment), C(skipped=true) and C(skip_reason). When it could not run (the
+      module would have failed), C(check_error=true) and C(msg).
+  returned: with O(decide)
+  type: dict
+current_fingerprint:
+  description:
+    - The M(gpufleet.vllm.env_fingerprint) result of RV(current_env) against O(lock_pins) (C(matches),
+      C(not_pristine), C(not_pristine_total), C(unaccepted) naming every one not pristine, and the rest).
+    - Only when there is a lock, no O(force), and RV(current_check) says O(package) is pristine at
+      O(target_version); else C(skipped=true). C(check_error=true) and C(msg) when it could not run.
+  returned: with O(decide)
+  type: dict
+reuse_check:
+  description:
+    - The M(gpufleet.vllm.package_integrity) result of O(package) in RV(reuse), only when there is one, no O(force),
+      and the current environment is not the target; else C(skipped=true).
+  returned: with O(decide)
+  type: dict
+reuse_fingerprint:
+  description:
+    - The M(gpufleet.vllm.env_fingerprint) result of RV(reuse) against O(lock_pins), only when there is a lock and
+      RV(reuse_check) says pristine; else C(skipped=true).
+  returned: with O(decide)
+  type: dict
 left:
   description:
     - Environments of RV(to_remove) left alone, with why, because they changed after the listing (a link or another
@@ -227,12 +348,56 @@ left:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import check_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check_installed
+from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import check_and_plan, could_not_check, summary
 from ansible_collections.gpufleet.vllm.plugins.module_utils.venvs import (
-    EnvsError, check_options, read_envs, read_link, remove_envs, shown)
+    EnvsError, check_decide_options, check_options, new_env_path, read_envs, read_link, remove_envs, shown)
 
 
 def _lines(paths):
     return "".join(path + "\n" for path in paths)
+
+
+def _decide(module, envs_dir, current_env, reuse_env):
+    """What to stage, with the checks it needs (module_utils/stageplan.py): RV(action), RV(env) and the checks."""
+    p = module.params
+
+    # (a check that cannot run does not fail the task, as the role's failed_when false on the check modules did:
+    # that environment is then not the target)
+    def integrity(venv):
+        try:
+            result = check_installed(dist_name=p["package"], venv=venv, uv_cache_dirs=p["uv_cache_dir"],
+                                     max_list=p["check_max_list"], timeout=p["check_timeout"])
+        except IntegrityError as exc:
+            result = could_not_check(safe_text(str(exc)))
+        except Exception as exc:  # pylint: disable=broad-except
+            result = could_not_check(safe_text("The integrity check of %s in %s stopped on an unexpected %s: %s."
+                                               % (p["package"], venv, type(exc).__name__, exc)))
+        result["check_mode"] = module.check_mode
+        return result
+
+    def fingerprint(venv):
+        try:
+            result = check_environment(venv=venv, expected=p["lock_pins"], max_list=p["check_max_list"],
+                                       timeout=p["check_timeout"])
+        except IntegrityError as exc:
+            result = could_not_check(safe_text(str(exc)))
+        except Exception as exc:  # pylint: disable=broad-except
+            result = could_not_check(safe_text("The environment fingerprint of %s stopped on an unexpected %s: %s."
+                                               % (venv, type(exc).__name__, exc)))
+        result["check_mode"] = module.check_mode
+        return result
+
+    locked = p["lock_pins"] is not None
+    decided = check_and_plan(p["target_version"], integrity, fingerprint if locked else None, force=p["force"],
+                             current_env=current_env, reuse_env=reuse_env,
+                             new_env=new_env_path(envs_dir, p["package"], p["target_version"], p["stamp"] or ""),
+                             accepted=p["accept_not_pristine"])
+    msg = summary(decided, p["target_version"], locked=locked, accepted=p["accept_not_pristine"], force=p["force"])
+    del decided["needed"]
+    return decided, msg
 
 
 def main():
@@ -248,6 +413,14 @@ def main():
             protect=dict(type="list", elements="path", default=[]),
             state=dict(type="str", choices=["listed", "pruned"], default="listed"),
             max_entries=dict(type="int", default=10000),
+            decide=dict(type="bool", default=False),
+            force=dict(type="bool", default=False),
+            lock_pins=dict(type="dict"),
+            accept_not_pristine=dict(type="list", elements="str", default=[]),
+            uv_cache_dir=dict(type="list", elements="path"),
+            check_max_list=dict(type="int", default=50),
+            check_timeout=dict(type="int", default=600),
+            stamp=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -255,6 +428,9 @@ def main():
     protect = [path for path in p["protect"] if path]
     problems = check_options(p["envs_dir"], p["package"], p["current_link"] or "", p["previous_link"] or "",
                              p["adopt_venv"] or "", p["target_version"] or "", p["keep"], protect, p["max_entries"])
+    if p["decide"]:
+        problems += check_decide_options(p["state"], p["target_version"] or "", p["stamp"] or "", p["check_max_list"],
+                                         p["check_timeout"])
     if problems:
         module.fail_json(msg="Refused, nothing was changed: %s." % "; ".join(problems), check_mode=module.check_mode)
     envs_dir = p["envs_dir"].rstrip("/") or "/"
@@ -279,6 +455,10 @@ def main():
     facts.update(envs_dir={"path": envs_dir, "state": found["state"]}, current_env=current_env, staged=staged,
                  ignored=["%s (%s)" % (name, why) for name, why in found["ignored"]], reuse=found["reuse"],
                  to_remove=to_remove, removed=[], gone=[], left=[])
+    decision = ""
+    if p["decide"]:
+        decided, decision = _decide(module, envs_dir, current_env, found["reuse"])
+        facts.update(decided)
     pruning = p["state"] == "pruned"
     if pruning and not module.check_mode:
         try:
@@ -308,6 +488,8 @@ def main():
         changed = False
         msg = "%d staged environment(s) in %s; a cleanup keeping %d would remove %d" % (
             len(staged), envs_dir, p["keep"], len(to_remove))
+        if decision:
+            msg += "; %s" % decision
         after = staged
     if module._diff and pruning:
         facts["diff"] = {"before": _lines(staged), "after": _lines(after),

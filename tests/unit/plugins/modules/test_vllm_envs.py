@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from helpers import module_runner
+from helpers import load_source, module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import venvs
 from ansible_collections.gpufleet.vllm.plugins.modules import vllm_envs
 
@@ -354,3 +354,221 @@ def test_a_failed_removal_reports_what_was_left_before_it(run, fleet, monkeypatc
                           "(changed after the listing): %s. The current and previous environments were not touched."
                           % (envs / MID, why))
     assert (envs / LOCAL).is_dir() and (envs / MID).is_dir()
+
+
+# ---------------------------------------------------------------------------
+# decide: the checks of the current environment and of the one to reuse, and what to stage
+# ---------------------------------------------------------------------------
+
+# the fake environment writer of the module_utils tests (a RECORD per distribution, a pyvenv.cfg)
+fake = load_source("gpufleet_fingerprint_helpers_envs", "tests", "unit", "plugins", "module_utils", "test_fingerprint.py")
+
+EARLIER = "vllm-0.33.0-20261203T080000Z"
+STAMP = "20261205T120000Z"
+LOCK = {"vllm": "0.33.0", "lark": "1.3.1", "PyNvVideoCodec": "2.0.4"}
+
+
+def populate(root, vllm="0.33.0", extra=None):
+    """A venv holding vllm at VLLM and the lock's other packages (EXTRA: more of them), each pristine."""
+    fake.add_dist(root, "vllm", vllm, files={"vllm/__init__.py": b"VERSION = 1\n", "vllm/core.py": b"x = 1\n"})
+    fake.add_dist(root, "lark", "1.3.1")
+    fake.add_dist(root, "PyNvVideoCodec", "2.0.4", files={"PyNvVideoCodec/__init__.py": b"X = 1\n"})
+    for name, version in (extra or {}).items():
+        fake.add_dist(root, name, version)
+
+
+def edit_vllm(root):
+    fake.edit(os.path.join(fake.site_of(root), "vllm", "core.py"), b"x = 1", b"x = 2")
+
+
+@pytest.fixture
+def staged(fleet):
+    """The fleet, NEW (current) and EARLIER holding vllm 0.33.0 and the lock's packages, each pristine."""
+    tmp, envs, args = fleet
+    populate(envs / NEW)
+    (envs / EARLIER).mkdir()
+    populate(envs / EARLIER)
+    args = dict(args, target_version="0.33.0", decide=True, lock_pins=LOCK, uv_cache_dir=[], stamp=STAMP,
+                check_max_list=10)
+    return tmp, envs, args
+
+
+def test_decide_none_when_the_current_one_is_the_pristine_target_and_the_lock(run, staged):
+    tmp, envs, args = staged
+    code, res = run(args)
+    assert code == 0 and res["changed"] is False, res
+    assert res["action"] == "none" and res["env"] == str(envs / NEW) == res["current_env"]
+    assert res["current_check"]["pristine"] is True and res["current_check"]["version"] == "0.33.0"
+    assert res["current_check"]["check_mode"] is False and res["current_check"]["version_matches"] is None
+    assert res["current_fingerprint"]["matches"] is True and res["current_fingerprint"]["unaccepted"] == []
+    # (the one staged earlier is not looked at: nothing to reuse)
+    assert res["reuse"] == str(envs / EARLIER) and res["reuse_check"]["skipped"] is True
+    assert res["reuse_fingerprint"]["skipped"] is True
+    assert "nothing to stage: the current environment %s is the pristine target 0.33.0" % (envs / NEW) in res["msg"]
+
+
+def test_decide_reuse_when_the_current_one_is_modified_and_one_staged_earlier_is_the_target(run, staged):
+    tmp, envs, args = staged
+    edit_vllm(envs / NEW)
+    code, res = run(args)
+    assert code == 0, res
+    assert res["action"] == "reuse" and res["env"] == str(envs / EARLIER)
+    assert res["current_check"]["pristine"] is False and res["current_check"]["counts"]["modified"] == 1
+    # (the lock is not compared for a package that is not the pristine target already)
+    assert res["current_fingerprint"]["skipped"] is True
+    assert res["reuse_check"]["pristine"] is True and res["reuse_fingerprint"]["matches"] is True
+
+
+def test_decide_build_when_the_current_one_is_modified_and_nothing_to_reuse(run, staged):
+    tmp, envs, args = staged
+    edit_vllm(envs / NEW)
+    edit_vllm(envs / EARLIER)
+    code, res = run(args)
+    assert code == 0, res
+    assert res["action"] == "build" and res["env"] == str(envs / ("vllm-0.33.0-" + STAMP))
+    assert res["reuse_check"]["pristine"] is False and res["reuse_fingerprint"]["skipped"] is True
+    assert not os.path.exists(res["env"])
+    assert "build %s (the current environment is not pristine; the one staged earlier is not pristine)" % res["env"] \
+        in res["msg"]
+
+
+def test_decide_build_when_the_packages_are_not_the_locks(run, staged):
+    tmp, envs, args = staged
+    code, res = run(dict(args, lock_pins=dict(LOCK, lark="1.4.0")))
+    assert code == 0 and res["action"] == "build", res
+    assert res["current_fingerprint"]["matches"] is False
+    assert res["current_fingerprint"]["different"] == [{"name": "lark", "expected": "1.4.0", "found": "1.3.1"}]
+    assert res["reuse_fingerprint"]["matches"] is False
+
+
+def test_decide_force_builds_and_checks_only_the_current_one(run, staged):
+    tmp, envs, args = staged
+    code, res = run(dict(args, force=True))
+    assert code == 0 and res["action"] == "build", res
+    assert res["env"] == str(envs / ("vllm-0.33.0-" + STAMP))
+    assert res["current_check"]["pristine"] is True
+    assert res["current_fingerprint"]["skipped"] is True and res["reuse_check"]["skipped"] is True
+    assert "(forced)" in res["msg"]
+
+
+def test_decide_an_accepted_not_pristine_package_does_not_force_a_build(run, staged):
+    tmp, envs, args = staged
+    # PyNvVideoCodec's RECORD does not match its own files upstream
+    fake.edit(os.path.join(fake.site_of(envs / NEW), "PyNvVideoCodec", "__init__.py"), b"X = 1", b"X = 2")
+    code, res = run(args)
+    assert code == 0 and res["action"] == "reuse", res
+    assert res["current_fingerprint"]["unaccepted"] == ["pynvvideocodec"]
+    code, res = run(dict(args, accept_not_pristine=["pynvvideocodec"]))
+    assert code == 0 and res["action"] == "none" and res["env"] == str(envs / NEW), res
+    # (the check's own result names every one not pristine, as env_fingerprint without accept_not_pristine)
+    assert res["current_fingerprint"]["unaccepted"] == ["pynvvideocodec"]
+
+
+def test_decide_without_a_lock_checks_only_the_package(run, staged):
+    tmp, envs, args = staged
+    args = dict(args)
+    del args["lock_pins"]
+    fake.add_dist(envs / NEW, "six", "1.17.0")  # not in any lock: no matter without one
+    code, res = run(args)
+    assert code == 0 and res["action"] == "none", res
+    assert res["current_fingerprint"] == {"changed": False, "skipped": True, "skip_reason": "no lock"}
+
+
+def test_decide_another_version_current_reuses_the_one_staged_for_the_target(run, staged):
+    tmp, envs, args = staged
+    code, res = run(dict(args, target_version="0.32.1"))
+    # MID (0.32.1) holds nothing: the check could not run, that environment is not the target
+    assert code == 0 and res["action"] == "build", res
+    assert res["current_check"]["version"] == "0.33.0" and res["current_check"]["pristine"] is True
+    assert res["reuse"] == str(envs / MID) and res["reuse_check"]["check_error"] is True
+    assert res["reuse_check"]["failed"] is False and "vllm" in res["reuse_check"]["msg"]
+    assert res["env"] == str(envs / ("vllm-0.32.1-" + STAMP))
+    populate(envs / MID, vllm="0.32.1")
+    code, res = run(dict(args, target_version="0.32.1", lock_pins=dict(LOCK, vllm="0.32.1")))
+    assert code == 0 and res["action"] == "reuse" and res["env"] == str(envs / MID), res
+
+
+def test_decide_with_no_current_environment_builds(run, staged):
+    tmp, envs, args = staged
+    os.unlink(str(tmp / "current"))
+    args = dict(args, adopt_venv="")
+    code, res = run(dict(args, target_version="0.31.0"))
+    assert code == 0 and res["current_env"] == "" and res["action"] == "build", res
+    assert res["current_check"] == {"changed": False, "skipped": True, "skip_reason": "there is no current environment"}
+    # OLD (0.31.0) is the one to reuse, but holds nothing
+    assert res["reuse_check"]["check_error"] is True
+
+
+def test_decide_check_mode_gives_the_same_decision(run, staged):
+    tmp, envs, args = staged
+    edit_vllm(envs / NEW)
+    code, normal = run(args)
+    code2, checked = run(args, check=True)
+    assert code == code2 == 0 and checked["check_mode"] is True and checked["reuse_check"]["check_mode"] is True
+    for key in ("action", "env", "staged", "reuse", "to_remove"):
+        assert normal[key] == checked[key], key
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL, EARLIER])
+
+
+def test_decide_stamp_defaults_to_the_hosts_utc_time(run, staged):
+    tmp, envs, args = staged
+    code, res = run(dict(args, stamp="", force=True))
+    assert code == 0
+    assert venvs.env_name_pattern("vllm").fullmatch(os.path.basename(res["env"])).group(1) == "0.33.0"
+    # a local version's + is _ in the name, as in the listing
+    code, res = run(dict(args, target_version="0.16.0rc2.dev344+gea5f903f8", force=True))
+    assert os.path.basename(res["env"]) == "vllm-0.16.0rc2.dev344_gea5f903f8-" + STAMP
+
+
+def test_decide_agrees_with_the_filter(run, staged):
+    from ansible_collections.gpufleet.vllm.plugins.filter.reinstall import reinstall_plan
+    tmp, envs, args = staged
+    cases = [args, dict(args, force=True), dict(args, lock_pins=dict(LOCK, lark="1.4.0"))]
+    for case in cases:
+        code, res = run(case)
+        plan = reinstall_plan(res["current_check"], "0.33.0", force=case.get("force", False),
+                              current_env=res["current_env"], reuse_check=res["reuse_check"], reuse_env=res["reuse"],
+                              new_env=str(envs / ("vllm-0.33.0-" + STAMP)), locked=True,
+                              current_fingerprint=res["current_fingerprint"],
+                              reuse_fingerprint=res["reuse_fingerprint"])
+        assert (plan["action"], plan["env"]) == (res["action"], res["env"])
+
+
+@pytest.mark.parametrize("extra,problem", [
+    ({"target_version": ""}, "decide needs target_version"),
+    ({"state": "pruned"}, "decide only reads: give it with state=listed"),
+    ({"stamp": "2026-12-05"}, "stamp must be a UTC time as YYYYMMDDTHHMMSSZ"),
+    ({"check_timeout": 0}, "check_timeout must be 1 or more seconds"),
+    ({"check_max_list": 0}, "check_max_list must be 1 or more"),
+])
+def test_decide_options_are_refused_clearly(run, staged, extra, problem):
+    tmp, envs, args = staged
+    code, res = run(dict(args, **extra))
+    assert code == 1 and res["msg"].startswith("Refused, nothing was changed: ") and problem in res["msg"], res
+    assert sorted(os.listdir(str(envs))) == sorted([OLD, MID, NEW, LOCAL, EARLIER])
+
+
+def test_without_decide_nothing_is_checked(run, staged):
+    tmp, envs, args = staged
+    args = dict(args, decide=False)
+    code, res = run(args)
+    assert code == 0 and "action" not in res and "current_check" not in res
+
+
+def test_decide_a_check_that_cannot_run_does_not_fail_the_task(run, staged, monkeypatch):
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+
+    tmp, envs, args = staged
+    # (a lock version YAML made a number: the fingerprint cannot compare it, so nothing is the lock)
+    code, res = run(dict(args, lock_pins=dict(LOCK, lark=1.3)))
+    assert code == 0 and res["action"] == "build", res
+    assert res["current_fingerprint"]["check_error"] is True
+    assert res["current_fingerprint"]["msg"].startswith("The expected option cannot be compared: expected gives lark")
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+    monkeypatch.setattr(integrity, "verify", broken)
+    code, res = run(args)
+    assert code == 0 and res["action"] == "build", res
+    assert res["current_check"]["msg"] == ("The integrity check of vllm in %s stopped on an unexpected TypeError: "
+                                           "a bug." % (envs / NEW))
