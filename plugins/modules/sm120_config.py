@@ -64,7 +64,8 @@ options:
   model_dirs:
     description:
       - The model directories (plain, or Hugging Face cache snapshots), each edited with the files of O(files).
-        Repeats count once. A directory that does not exist fails the task before anything is written.
+        A directory listed twice, under any spelling (a trailing slash, a link to it), counts once, under its first.
+        A directory that does not exist fails the task before anything is written.
     type: list
     elements: path
     default: []
@@ -392,6 +393,23 @@ def _apply_all(module, planned, deadline):
     return done, diffs
 
 
+def _distinct_dirs(paths):
+    """PATHS without a directory listed twice: the same directory under two spellings (a trailing slash, a link to
+    it) is planned once, under its first, since every directory is planned before any is written (a second plan of
+    the same files would see them changed by the first's write)."""
+    distinct, seen = [], set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+            key = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = ("path", os.path.normpath(path))
+        if key not in seen:
+            seen.add(key)
+            distinct.append(path)
+    return distinct
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -423,10 +441,7 @@ def main():
         module.fail_json(msg=" ".join(problems) + " Nothing was changed.", changed=False)
     deadline = Deadline(params["timeout"], clock=_clock)
 
-    model_dirs = []
-    for path in params["model_dirs"]:
-        if path not in model_dirs:
-            model_dirs.append(path)
+    model_dirs = _distinct_dirs(params["model_dirs"])
     policy = policy_of(params["strip_kv_cache_keys"], params["force"])
 
     gpus = params["gpus"]

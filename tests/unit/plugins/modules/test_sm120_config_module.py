@@ -107,6 +107,16 @@ def test_forced_run_removes_the_keys_of_every_directory_and_returns_the_roles_re
     assert [d["backups"] for d in again["dirs"]] == [[], []]
 
 
+def test_one_directory_under_two_spellings_is_edited_once(dirs, run, tmp_path):
+    # (a trailing slash, a link to it: every directory is planned before any is written, so a second plan of the
+    # same files would find them changed by the first write and fail the host)
+    os.symlink(dirs["a"], str(tmp_path / "current"))
+    rc, res = run({"model_dirs": [dirs["a"], dirs["a"] + "/", str(tmp_path / "current")], "force": True})
+    assert rc == 0, res["msg"]
+    assert [d["path"] for d in res["dirs"]] == [dirs["a"]] and res["removed_count"] == 2
+    assert "kv_cache_scheme" not in read(os.path.join(dirs["a"], "config.json"))
+
+
 def test_check_mode_with_diff_shows_each_file_and_writes_nothing(dirs, run, tmp_path):
     before = tree(tmp_path)
     rc, res = run({"model_dirs": [dirs["a"], dirs["b"]], "force": True, "backup": True}, check=True, diff=True)
