@@ -39,7 +39,7 @@ options:
     description:
       - The unit that stays, for example V(vllm-minimax-m25.service) or V(vllm-minimax-m25). It is listed in RV(units)
         but never in RV(others).
-      - Left out, every managed unit that runs or is enabled is in RV(others).
+      - Left out, every managed unit that runs or is enabled is in RV(others). Required with O(enabled).
     type: str
   enabled:
     description:
@@ -212,11 +212,13 @@ def main():
             systemctl=dict(type="path"),
             timeout=dict(type="int", default=30),
         ),
-        required_by=dict(enabled=["keep"]),
         supports_check_mode=True,
     )
     params = module.params
     keep = ""
+    if params["enabled"] is not None and not params["keep"]:
+        module.fail_json(msg="enabled sets the boot state of the unit keep names: give keep, for example "
+                             "vllm-minimax-m25.service. Nothing was changed.", changed=False)
     if params["keep"]:
         try:
             keep = unit_name(params["keep"])
@@ -271,8 +273,9 @@ def boot_changes(module, systemctl, keep, enabled, units, others):
             module.fail_json(msg="systemd does not know %s, so its boot state cannot be set: render it first (the "
                                  "service role's unit step). Nothing was changed." % keep,
                              changed=False, keep=keep, units=units, others=others)
-        # (check mode before the unit is rendered: it would be set once it is)
-        is_enabled = None if props.get("LoadState") == "not-found" else (props.get("UnitFileState") or "") in ENABLED_STATES
+        # (check mode before the unit is rendered: a unit systemd does not know does not start at boot, so only
+        # enabled=true would change it once it is)
+        is_enabled = (props.get("UnitFileState") or "") in ENABLED_STATES
     changes = [] if is_enabled == enabled else [{"unit": keep, "enabled": enabled}]
     changes.extend({"unit": u["unit"], "enabled": False} for u in others if u["enabled"])
     return changes

@@ -254,3 +254,19 @@ def test_a_failed_disable_says_what_was_changed_before_it(world, tmp_path):
     assert result["changed_units"] == [{"unit": "vllm-minimax.service", "enabled": True}]
     assert "Could not disable vllm-kimi.service at boot" in result["msg"]
     assert "Changed before it: vllm-minimax.service." in result["msg"]
+
+
+def test_enabled_false_in_check_mode_for_a_unit_not_rendered_yet_changes_nothing(world):
+    # (a unit systemd does not know does not start at boot: nothing to disable, as the real run would find)
+    rc, result = world.run(keep="vllm-new", enabled=False, _ansible_check_mode=True)
+    assert rc == 0 and result["changed"] is False and result["changed_units"] == []
+
+
+@pytest.mark.parametrize("keep", [None, ""])
+def test_enabled_without_a_unit_to_keep_is_refused(world, keep):
+    world.unit("vllm-kimi.service", enabled=True)
+    args = {"enabled": True} if keep is None else {"enabled": True, "keep": keep}
+    rc, result = world.run(**args)
+    assert rc == 1 and result["changed"] is False
+    assert result["msg"].startswith("enabled sets the boot state of the unit keep names: give keep")
+    assert "enabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
