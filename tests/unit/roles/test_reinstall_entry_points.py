@@ -218,3 +218,35 @@ def test_resolve_refuses_a_version_taken_as_given_that_is_not_exact(tmp_path, ve
     else:
         assert proc.returncode == 0, out[-3000:]
         assert (tmp_path / "version").read_text() == version
+
+
+STAGE_GIVEN = """---
+- name: Stage a target the caller gives
+  hosts: all
+  gather_facts: false
+  vars:
+    reinstall_target_version: "0.33.*"
+    fleet_envs_dir: {envs}
+  tasks:
+    - name: Stage
+      ansible.builtin.include_role:
+        name: gpufleet.vllm.reinstall
+        tasks_from: stage
+"""
+
+
+def test_stage_refuses_a_target_from_its_caller_that_is_not_exact(tmp_path):
+    # (stage may be given a target without resolve.yml: the same refusal, before anything is read or written)
+    inventory = tmp_path / "hosts"
+    inventory.write_text("h1 ansible_connection=local\n")
+    playbook = tmp_path / "stage.yml"
+    playbook.write_text(STAGE_GIVEN.format(envs=json.dumps(str(tmp_path / "envs"))))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert 'Refused on h1, nothing was changed: reinstall_version "0.33.*" is not an exact version' in out
+    assert not (tmp_path / "envs").exists()
