@@ -145,9 +145,28 @@ def test_an_entry_point_included_without_validation_has_only_options_the_preflig
         # (a role the pre-flight does not validate: its options are the fleet's, checked there, or go to modules)
         assert role in ("sm120_config", "debug_artifacts"), "%s includes %s without validation" % (path, role)
         return
+    options = set((specs.get(entry) or {}).get("options") or {})
     validated = set((specs[PREFLIGHT_ENTRY[role]].get("options") or {}))
-    # (the values the include sets itself are this file's own, not the inventory's)
-    unchecked = sorted(set((specs.get(entry) or {}).get("options") or {}) - validated - set(play_vars)
-                       - SET_BY_ENTRY.get((role, entry), set()))
+    # (the playbook's own values: where the cutover points the links, from the fleet's settings the pre-flight
+    # checked, and the failed cutover's result for its rollback)
+    own = {name for name in play_vars if name.startswith("service_cutover_") or name == "service_rollback_from"}
+    unchecked = sorted(options - validated - own - SET_BY_ENTRY.get((role, entry), set()))
     assert not unchecked, "%s: %s/%s has options the pre-flight (%s) did not validate: %s" % (
         path, role, entry, PREFLIGHT_ENTRY[role], unchecked)
+    # any other option the include sets itself must be set so in the pre-flight too (validated there with that
+    # value: rollout_min_in_service reaches the take-out as balancer_min_in_service)
+    preflight_vars = _preflight_vars(role)
+    differ = sorted(name for name in (options & set(play_vars)) - own if preflight_vars.get(name) != play_vars[name])
+    assert not differ, "%s: %s/%s is given %s, which the pre-flight's %s does not validate with the same value" % (
+        path, role, entry, differ, PREFLIGHT_ENTRY[role])
+
+
+def _preflight_vars(role):
+    """The vars the rollout's pre-flight passes to ROLE's entry point it validates."""
+    with open(os.path.join(REPO, "playbooks", "rollout.yml")) as handle:
+        plays = yaml.safe_load(handle)
+    for include, play_vars in _includes(plays[0]["tasks"]):
+        if include["name"].split(".")[-1] == role and os.path.splitext(include.get("tasks_from", "main"))[0] == (
+                PREFLIGHT_ENTRY[role]):
+            return play_vars
+    raise AssertionError("the rollout's pre-flight does not include %s/%s" % (role, PREFLIGHT_ENTRY[role]))
