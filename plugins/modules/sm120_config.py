@@ -99,7 +99,7 @@ options:
   backup:
     description:
       - Before a file is written, keep a copy next to it named C(<file>.<pid>.<YYYY-MM-DD@HH:MM:SS~>), listed in
-        RV(dirs[].backups).
+        the C(backups) of its entry in RV(dirs).
     type: bool
     default: false
   max_size:

@@ -115,7 +115,7 @@ options:
   uv_cache_dir:
     description:
       - With O(decide), the uv cache directories to look in for files sharing an inode with a modified file of
-        O(package) (RV(current_check.uv_cache_tainted)).
+        O(package) (C(uv_cache_tainted) in RV(current_check)).
       - By default C($UV_CACHE_DIR), C($XDG_CACHE_HOME/uv) and C(~/.cache/uv) of the user the module runs as, where
         they exist. Give C([]) to skip that look.
     type: list
