@@ -176,6 +176,21 @@ def test_cleanup_remove_is_what_was_removed_not_what_was_listed():
     assert _cleanup_remove_of(dict(result, check_mode=True, removed=[], gone=[], left=[])) == ["/e/a", "/e/b", "/e/c"]
 
 
+def run_on_h1(tmp_path, text):
+    """ansible-playbook TEXT on one local host h1: (the process, its output)."""
+    inventory = tmp_path / "hosts"
+    inventory.write_text("h1 ansible_connection=local\n")
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(text)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    return proc, out
+
+
 GIVEN = """---
 - name: Resolve a version taken as given
   hosts: all
@@ -200,16 +215,7 @@ GIVEN = """---
 @pytest.mark.parametrize("version,refused", [("0.33.0", False), ("latest", True), (">=0.33", True)])
 def test_resolve_refuses_a_version_taken_as_given_that_is_not_exact(tmp_path, version, refused):
     # (the pre-flight's one check of the target: resolve.yml's last step, before any host is touched)
-    inventory = tmp_path / "hosts"
-    inventory.write_text("h1 ansible_connection=local\n")
-    playbook = tmp_path / "given.yml"
-    playbook.write_text(GIVEN.format(version=json.dumps(version), out=json.dumps(str(tmp_path / "version"))))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    out = proc.stdout + proc.stderr
+    proc, out = run_on_h1(tmp_path, GIVEN.format(version=json.dumps(version), out=json.dumps(str(tmp_path / "version"))))
     if refused:
         assert proc.returncode == 2, out[-3000:]
         assert "Refused on h1, nothing was stopped or changed: reinstall_version %s is not an exact version" % (
@@ -237,16 +243,7 @@ STAGE_GIVEN = """---
 
 def test_stage_refuses_a_target_from_its_caller_that_is_not_exact(tmp_path):
     # (stage may be given a target without resolve.yml: the same refusal, before anything is read or written)
-    inventory = tmp_path / "hosts"
-    inventory.write_text("h1 ansible_connection=local\n")
-    playbook = tmp_path / "stage.yml"
-    playbook.write_text(STAGE_GIVEN.format(envs=json.dumps(str(tmp_path / "envs"))))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    out = proc.stdout + proc.stderr
+    proc, out = run_on_h1(tmp_path, STAGE_GIVEN.format(envs=json.dumps(str(tmp_path / "envs"))))
     assert proc.returncode == 2, out[-3000:]
     assert 'Refused on h1, nothing was changed: reinstall_version "0.33.*" is not an exact version' in out
     assert not (tmp_path / "envs").exists()
