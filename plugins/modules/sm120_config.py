@@ -29,38 +29,6 @@ description:
     RV(summary), RV(build), RV(build_row), RV(check_mode), RV(changed), RV(removed_count), RV(dirs)) and RV(lines),
     one line per directory. The role registers it as C(sm120_config_result).
 options:
-  strip_kv_cache_keys:
-    description:
-      - The policy switch. V(false) keeps the keys whatever else is set (newer vLLM builds run an FP8 KV cache on
-        SM120 through the Triton MLA backend).
-    type: bool
-    default: true
-  force:
-    description:
-      - Remove the keys whatever the GPUs report, or when they cannot be read (not for a build that O(builds) says runs
-        an FP8 KV cache on SM120). The GPUs are then not read.
-    type: bool
-    default: false
-  build:
-    description:
-      - The vLLM version the model configs are for (the rollout's target build). Empty, the build is unknown and
-        O(builds) is not read.
-    type: str
-    default: ""
-  builds:
-    description:
-      - The table of vLLM builds (the C(fleet_sm120_fp8_kv_cache_builds) setting of the C(gpufleet.vllm.fleet) role), in
-        order; the first row whose C(versions) takes O(build) applies.
-      - Each row is C(versions) (a PEP 440 version specifier such as V(>=0.19.0)), C(fp8_kv_cache_on_sm120) (true or
-        false) and an optional one-line C(note), quoted in RV(reason). See M(gpufleet.vllm.sm120_plan).
-    type: list
-    elements: dict
-    default: []
-  detect:
-    description:
-      - Whether the GPUs are read through NVML to decide. V(false) decides from O(gpus) alone.
-    type: bool
-    default: true
   model_dirs:
     description:
       - The model directories (plain, or Hugging Face cache snapshots), each edited with the files of O(files).
@@ -69,25 +37,6 @@ options:
     type: list
     elements: path
     default: []
-  files:
-    description:
-      - File name (relative to each model directory, no leading C(/), no C(..)) mapped to the non-empty list of key
-        paths that must be absent from it, in the syntax of the O(gpufleet.vllm.model_config#module:absent) option of
-        M(gpufleet.vllm.model_config).
-    type: dict
-    default:
-      config.json:
-        - "**.kv_cache_scheme"
-        - "**.kv_cache_quant_algo"
-      hf_quant_config.json:
-        - quantization.kv_cache_quant_algo
-        - quantization.kv_cache_scheme
-  required_files:
-    description:
-      - Files of O(files) that must exist in every model directory; the others are skipped when missing.
-    type: list
-    elements: str
-    default: [config.json]
   symlinks:
     description:
       - What to do when a file that needs an edit is a symbolic link (the Hugging Face cache layout), as the
@@ -137,6 +86,7 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
+  - gpufleet.vllm.sm120_policy
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
