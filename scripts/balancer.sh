@@ -93,6 +93,13 @@ up() {
     log "balancer: already running; restarting it with ${names[*]}"
     down
   fi
+  # (HAProxy binds with SO_REUSEPORT: a second one on a taken port starts
+  # fine, and the kernel then splits the clients between the two. Another
+  # clone's balancer, which this one's pid file does not name, is such a
+  # listener: refuse rather than serve half the requests from a stale one)
+  if timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$GPUFLEET_LB_PORT" 2>/dev/null; then
+    die "port $GPUFLEET_LB_PORT on 127.0.0.1 is taken by another program (another clone's balancer? 'ss -ltnp sport = :$GPUFLEET_LB_PORT' names it): stop it (scripts/balancer.sh down in that clone), or set GPUFLEET_LB_PORT"
+  fi
   mkdir -p "$GPUFLEET_LB_DIR"
   chmod 700 "$GPUFLEET_LB_DIR"
   rm -f "$GPUFLEET_LB_SOCKET" "$PID_FILE"

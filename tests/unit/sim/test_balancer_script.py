@@ -145,3 +145,21 @@ def test_refusals(env, args, words):
 def test_bad_port(env):
     proc = script(dict(env, GPUFLEET_LB_PORT="80x"), "status")
     assert proc.returncode != 0 and "is not a TCP port" in proc.stderr
+
+
+def test_up_refuses_a_port_another_program_listens_on(env):
+    # (another clone's HAProxy, say: HAProxy's SO_REUSEPORT would let a second one start on the same port, and the
+    # kernel would split the clients between a stale balancer and this one)
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        proc = script(dict(env, GPUFLEET_LB_PORT=str(taken.getsockname()[1])), "up", "sim-a", "sim-b", "sim-c")
+    finally:
+        taken.close()
+    started = os.path.exists(os.path.join(env["GPUFLEET_LB_DIR"], "haproxy.pid"))
+    if started:
+        script(env, "down")
+    assert proc.returncode != 0 and "is taken by another program" in proc.stderr, proc.stderr
+    assert not started
