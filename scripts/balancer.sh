@@ -56,8 +56,16 @@ ip_of() {
 }
 
 down() {
-  local pid i
+  local pid i other
   if ! pid="$(running_pid)"; then
+    # (the pid file and the socket live in the shared cache: a HAProxy of
+    # another clone, with its own config, keeps them; they are not ours)
+    other="$(cat "$PID_FILE" 2>/dev/null || true)"
+    other="${other%%$'\n'*}"
+    if [[ "$other" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$other/cmdline" 2>/dev/null | grep -q haproxy; then
+      log "balancer: not running from this clone; HAProxy $other runs another clone's config: left alone (stop it there)"
+      return 0
+    fi
     rm -f "$PID_FILE" "$GPUFLEET_LB_SOCKET"
     log "balancer: not running"
     return 0

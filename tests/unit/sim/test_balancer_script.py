@@ -163,3 +163,23 @@ def test_up_refuses_a_port_another_program_listens_on(env):
         script(env, "down")
     assert proc.returncode != 0 and "is taken by another program" in proc.stderr, proc.stderr
     assert not started
+
+
+def test_down_leaves_another_clones_balancer_and_its_files_alone(env, tmp_path):
+    # (the pid file and the socket are in the shared cache: a HAProxy started from another clone, with its own
+    # config, is named there; down from this clone must not remove the socket that balancer's drains use)
+    lb_dir = env["GPUFLEET_LB_DIR"]
+    os.makedirs(lb_dir)
+    other = subprocess.Popen(["python3", "-c", "import time; time.sleep(60)", "/usr/sbin/haproxy", "-f",
+                              "/elsewhere/tests/sim/haproxy/haproxy.cfg"])
+    try:
+        with open(os.path.join(lb_dir, "haproxy.pid"), "w") as handle:
+            handle.write("%d\n" % other.pid)
+        open(os.path.join(lb_dir, "admin.sock"), "w").close()
+        proc = script(env, "down")
+        assert proc.returncode == 0 and "runs another clone's config: left alone" in proc.stderr, proc.stderr
+        assert os.path.exists(os.path.join(lb_dir, "haproxy.pid")) and os.path.exists(os.path.join(lb_dir, "admin.sock"))
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait(timeout=10)
