@@ -57,26 +57,32 @@ RESOLVE = """---
 """
 
 
-def run_serial(tmp_path, fake_uv, locked):
-    """RESOLVE in five batches of two hosts with FAKE_UV as the control node's uv; (uv's calls, each host's version)."""
-    calls = tmp_path / "calls"
-    uv = tmp_path / "uv"
-    uv.write_text(fake_uv.format(calls=calls))
-    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+def run_play(tmp_path, hosts, text):
+    """ansible-playbook TEXT on the local HOSTS, with this checkout's collection: (the process, its output)."""
     inventory = tmp_path / "hosts"
-    inventory.write_text("".join("h%d ansible_connection=local\n" % n for n in range(1, 6)))
-    playbook = tmp_path / "serial.yml"
-    text = RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
-                          out_dir=json.dumps(str(tmp_path)), locked="true" if locked else "false")
-    if locked:
-        text = text.replace("reinstall_locked: true", "reinstall_locked: true\n    reinstall_resolve: false")
+    inventory.write_text("".join("%s ansible_connection=local\n" % host for host in hosts))
+    playbook = tmp_path / "play.yml"
     playbook.write_text(text)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
                ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
                            "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
                           env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return proc, proc.stdout + proc.stderr
+
+
+def run_serial(tmp_path, fake_uv, locked):
+    """RESOLVE in five batches of two hosts with FAKE_UV as the control node's uv; (uv's calls, each host's version)."""
+    calls = tmp_path / "calls"
+    uv = tmp_path / "uv"
+    uv.write_text(fake_uv.format(calls=calls))
+    uv.chmod(uv.stat().st_mode | stat.S_IXUSR)
+    text = RESOLVE.format(uv=json.dumps(str(uv)), out=json.dumps(str(tmp_path / "versions.json")),
+                          out_dir=json.dumps(str(tmp_path)), locked="true" if locked else "false")
+    if locked:
+        text = text.replace("reinstall_locked: true", "reinstall_locked: true\n    reinstall_resolve: false")
+    proc, out = run_play(tmp_path, ["h%d" % n for n in range(1, 6)], text)
+    assert proc.returncode == 0, out[-8000:]
     return calls.read_text(), json.loads((tmp_path / "versions.json").read_text())
 
 
@@ -178,17 +184,7 @@ def test_cleanup_remove_is_what_was_removed_not_what_was_listed():
 
 def run_on_h1(tmp_path, text):
     """ansible-playbook TEXT on one local host h1: (the process, its output)."""
-    inventory = tmp_path / "hosts"
-    inventory.write_text("h1 ansible_connection=local\n")
-    playbook = tmp_path / "play.yml"
-    playbook.write_text(text)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, ".cache", "collections"),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
-                           "-e", "ansible_python_interpreter=" + sys.executable, str(playbook)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
-    out = proc.stdout + proc.stderr
-    return proc, out
+    return run_play(tmp_path, ["h1"], text)
 
 
 GIVEN = """---
