@@ -404,12 +404,10 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     balancer = world["balancer"]
     settings = SETTINGS.format(tools=json.dumps(world["tools"]), example=EXAMPLE, url=balancer.url, token=TOKEN,
                                metrics=json.dumps(world["metrics"]))
-    started = time.time()
     checked, check_output = run_plays(CHECK_PLAYS.format(settings=settings, mark=balancer.mark), str(world["tmp"]),
                                       "check", check=True)
     errors, output = run_plays(PLAYS.format(settings=settings, mark=balancer.mark, example=EXAMPLE),
                                str(world["tmp"]), "plays")
-    elapsed = time.time() - started
     calls = balancer.calls
     marks = [c["path"].split("/")[-1] for c in calls if "/_mark/" in c["path"]]
     assert marks == ["check-mode", "check-mode-end", "stream-60", "put-back", "stream-400"]
@@ -480,7 +478,11 @@ def test_the_hook_example_takes_out_drains_and_puts_back(world):
     assert [c["auth"] for c in calls if "/_mark/" not in c["path"] and c["auth"] != "Bearer " + TOKEN] == [
         "Bearer not-the-token"]
     assert TOKEN not in output and TOKEN not in check_output
-    assert elapsed < 90, "the plays took %.0f s" % elapsed
+    # the drain that timed out did not wait for the stream: the host was put back while it still streamed (an
+    # order, not a time: the stream runs 400 tokens at 20 tokens/s, however loaded the machine)
+    back_put = [c for c in between("stream-400", None) if c["method"] == "PUT"][-1]
+    ended = balancer.streams["stream-400"]["ended"]
+    assert ended is None or back_put["time"] < ended, "the timed-out drain waited until the stream ended"
 
 
 FAILING_TAKE_OUT = """\

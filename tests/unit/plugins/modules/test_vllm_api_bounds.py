@@ -137,7 +137,7 @@ def test_a_trickling_server_is_cut_off_at_the_request_deadline(serve, behaviour)
     with pytest.raises(vllm_api.VllmApiError) as exc:
         client.models()
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0 + 0.5, "the request took %.1f s, its timeout is 1 s" % elapsed
+    assert elapsed < 1.0 + 2.0, "the request took %.1f s, its timeout is 1 s" % elapsed
     assert exc.value.kind == "timeout"
     assert "no complete answer within 1.0 s" in str(exc.value)
 
@@ -150,7 +150,7 @@ def test_one_check_keeps_to_the_timeout_against_a_trickling_server(serve):
     result = vllm_api.wait_ready(client, served_model_name="m", timeout=2, once=True)
     elapsed = time.monotonic() - started
     assert result["ready"] is False and result["failed_stage"] == "health"
-    assert elapsed < 2 + 0.5, "one check took %.1f s, its timeout is 2 s" % elapsed
+    assert elapsed < 2 + 2.0, "one check took %.1f s, its timeout is 2 s" % elapsed
 
 
 def test_a_tls_handshake_that_trickles_is_cut_off_at_the_request_deadline():
@@ -177,7 +177,7 @@ def test_a_tls_handshake_that_trickles_is_cut_off_at_the_request_deadline():
         with pytest.raises(vllm_api.VllmApiError) as exc:
             client.health()
         elapsed = time.monotonic() - started
-        assert elapsed < 1.0 + 0.5, "the TLS handshake took %.1f s, the request's timeout is 1 s" % elapsed
+        assert elapsed < 1.0 + 2.0, "the TLS handshake took %.1f s, the request's timeout is 1 s" % elapsed
         assert exc.value.kind == "timeout"
     finally:
         listener.close()
