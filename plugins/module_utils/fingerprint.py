@@ -684,3 +684,38 @@ def summary(result, first=3):
             diffs.append("the fingerprint is not the expected %s" % (result["expected_fingerprint"] or "")[:19])
         parts.append("it differs from the expected set: %s" % ", ".join(diffs))
     return "; ".join(parts) + "."
+
+
+def mismatch_message(result, first=5):
+    """Why an environment is not the lock's: the first differences and the packages that are not pristine."""
+    parts = []
+    for item in result["different"][:first]:
+        parts.append("%s is %s, expected %s" % (item["name"], item["found"], item["expected"]))
+    for item in result["missing"][:first]:
+        parts.append("%s %s is missing" % (item["name"], item["version"]))
+    for item in result["extra"][:first]:
+        parts.append("%s %s is not expected" % (item["name"], item["version"]))
+    total = len(result["different"]) + len(result["missing"]) + len(result["extra"])
+    if not total:
+        text = "its fingerprint %s is not the expected %s" % (result["fingerprint"], result["expected_fingerprint"])
+    else:
+        text = "; ".join(parts) + ("; and %d more" % (total - len(parts)) if total > len(parts) else "")
+    msg = "The environment (%s) is not the expected one: %s." % (", ".join(result["environment"]["site_dirs"][:2]), text)
+    if result["not_pristine_total"]:
+        listed = "; ".join("%s %s (%s)" % (i["name"], i["version"], i["reason"][:200])
+                           for i in result["not_pristine"][:first])
+        msg += " Not pristine: %s%s." % (listed, "; ..." if result["not_pristine_total"] > first else "")
+    return msg
+
+
+def not_pristine_message(result, names, first=5):
+    """Which packages of an environment are not pristine (those of NAMES), with why."""
+    versions = dict((d["name"], d["version"]) for d in result["distributions"])
+    # (why: from not_pristine, which holds up to max_list of them; else the entry's own problem)
+    reasons = dict((d["name"], d.get("problem")) for d in result["distributions"] if d.get("problem"))
+    reasons.update((d["name"], d["reason"]) for d in result["not_pristine"])
+    listed = "; ".join("%s %s (%s)" % (name, versions[name], (reasons.get(name) or "its files differ from its RECORD")
+                                       [:200]) for name in names[:first])
+    return "The environment (%s) has %d distribution%s that %s not pristine: %s%s" % (
+        ", ".join(result["environment"]["site_dirs"][:2]), len(names), "" if len(names) == 1 else "s",
+        "is" if len(names) == 1 else "are", listed, "; and %d more" % (len(names) - first) if len(names) > first else "")

@@ -341,49 +341,11 @@ elapsed:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import check_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
+    check_environment, mismatch_message, not_pristine_message)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
-
-
-def mismatch_message(result, first=5):
-    """The failure message of fail_on_mismatch: the first differences and the not-pristine distributions."""
-    parts = []
-    for item in result["different"][:first]:
-        parts.append("%s is %s, expected %s" % (item["name"], item["found"], item["expected"]))
-    for item in result["missing"][:first]:
-        parts.append("%s %s is missing" % (item["name"], item["version"]))
-    for item in result["extra"][:first]:
-        parts.append("%s %s is not expected" % (item["name"], item["version"]))
-    shown = len(parts)
-    total = len(result["different"]) + len(result["missing"]) + len(result["extra"])
-    if not total:
-        text = "its fingerprint %s is not the expected %s" % (result["fingerprint"], result["expected_fingerprint"])
-    else:
-        text = "; ".join(parts[:first * 3]) + ("; and %d more" % (total - shown) if total > shown else "")
-    msg = "The environment (%s) is not the expected one: %s." % (
-        ", ".join(result["environment"]["site_dirs"][:2]), text)
-    if result["not_pristine_total"]:
-        listed = "; ".join("%s %s (%s)" % (i["name"], i["version"], i["reason"][:200])
-                           for i in result["not_pristine"][:first])
-        msg += " Not pristine: %s%s." % (listed, "; ..." if result["not_pristine_total"] > first else "")
-    return msg + " Nothing was changed (fail_on_mismatch is true; set it to false to only report)."
-
-
-def not_pristine_message(result, names, first=5):
-    """The failure message of fail_on_not_pristine: the distributions that are not pristine, with why."""
-    versions = dict((d["name"], d["version"]) for d in result["distributions"])
-    # (why: from not_pristine, which holds up to max_list of them; else the entry's own problem)
-    reasons = dict((d["name"], d.get("problem")) for d in result["distributions"] if d.get("problem"))
-    reasons.update((d["name"], d["reason"]) for d in result["not_pristine"])
-    listed = "; ".join("%s %s (%s)" % (name, versions[name], (reasons.get(name) or "its files differ from its RECORD")
-                                       [:200]) for name in names[:first])
-    return ("The environment (%s) has %d distribution%s that %s not pristine: %s%s (fail_on_not_pristine is true; "
-            "accept_not_pristine names those that may be)." % (
-                ", ".join(result["environment"]["site_dirs"][:2]), len(names), "" if len(names) == 1 else "s",
-                "is" if len(names) == 1 else "are", listed, "; and %d more" % (len(names) - first)
-                if len(names) > first else ""))
 
 
 def main():
@@ -433,10 +395,12 @@ def main():
 
     result["check_mode"] = module.check_mode
     if params["fail_on_mismatch"] and result["matches"] is False:
-        result["msg"] = safe_text(mismatch_message(result))
+        result["msg"] = safe_text(mismatch_message(result)
+                                  + " Nothing was changed (fail_on_mismatch is true; set it to false to only report).")
         module.fail_json(**result)
     if params["fail_on_not_pristine"] and result["unaccepted"]:
-        result["msg"] = safe_text(not_pristine_message(result, result["unaccepted"]))
+        result["msg"] = safe_text(not_pristine_message(result, result["unaccepted"])
+                                  + " (fail_on_not_pristine is true; accept_not_pristine names those that may be).")
         module.fail_json(**result)
     module.exit_json(**result)
 

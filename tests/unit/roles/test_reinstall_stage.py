@@ -6,6 +6,7 @@ and the service's cutover read. The decision's cases themselves: tests/unit/plug
 
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -95,16 +96,86 @@ def test_stage_decides_in_one_call(hosts):
     assert sorted(os.listdir(str(envs))) == sorted([CURRENT, EARLIER])
 
 
-def test_stage_reads_and_decides_in_two_tasks():
+def test_stage_reads_and_decides_in_two_tasks_and_builds_in_one():
     with open(os.path.join(REPO, "roles", "reinstall", "tasks", "stage.yml")) as handle:
         tasks = yaml.safe_load(handle)
-    before_build = []
-    for task in tasks:
-        if task.get("name") == "Build the new environment":
-            break
-        before_build.append(task)
-    # (the values' checks, then the one module call and the one set_fact)
+    # (the values' checks, the one module call that decides and the one set_fact; then, for a build, the one module
+    # run that builds, proves or removes: vllm_stage; uv was found by the pre-flight or the role's main)
     assert [next(k for k in task if k.startswith("ansible.builtin.") or k.startswith("gpufleet."))
-            for task in before_build] == ["ansible.builtin.import_tasks", "gpufleet.vllm.vllm_envs",
-                                          "ansible.builtin.set_fact"]
-    assert before_build[1]["gpufleet.vllm.vllm_envs"]["decide"] is True
+            for task in tasks] == ["ansible.builtin.import_tasks", "gpufleet.vllm.vllm_envs",
+                                   "ansible.builtin.set_fact", "gpufleet.vllm.vllm_stage"]
+    assert tasks[1]["gpufleet.vllm.vllm_envs"]["decide"] is True
+    assert tasks[3]["when"] == "reinstall_stage_action == 'build'"
+
+
+BUILD = """
+- name: Stage a build, {name}
+  hosts: localhost
+  gather_facts: false
+  vars:
+    fleet_envs_dir: {envs}
+    fleet_current_link: {current}
+    fleet_previous_link: {previous}
+    reinstall_resolve: false
+    reinstall_locked: false
+    reinstall_version: "0.33.0"
+    reinstall_force: true
+    reinstall_uv: {uv}
+    reinstall_uv_cache_dir: {cache}
+    reinstall_python: {python}
+    reinstall_no_index: true
+    reinstall_find_links: [{house}]
+    reinstall_extra_packages: {extra}
+    reinstall_min_free_mib: 0
+  tasks:
+    - name: Resolve and stage
+      block:
+        - name: Resolve
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.reinstall
+            tasks_from: resolve
+        - name: Stage
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.reinstall
+            tasks_from: stage
+        - name: Keep what it built
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'{name}': {{
+                      'action': reinstall_stage_action, 'staged': reinstall_staged_env,
+                      'msg': reinstall_build.msg, 'pristine': reinstall_build.check.pristine}}}}) }}}}"
+      rescue:
+        - name: Keep the failure
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'{name}': ansible_failed_task.name ~ ': '
+                      ~ ansible_failed_result.msg | default('?')}}) }}}}"
+"""
+
+
+def test_a_build_runs_with_the_roles_values_and_a_failure_leaves_nothing(hosts):
+    """The role's values reach vllm_stage: a forced build with the real uv from a wheelhouse (offline), then one
+    that asks for a package the wheelhouse does not have."""
+    tmp, envs = hosts
+    lock_tests = load_source("gpufleet_uv_lock_tests_role_stage", "tests", "unit", "plugins", "lookup", "test_uv_lock.py")
+    if not lock_tests.have_uv():
+        pytest.skip("uv is not installed on this control node")
+    house = tmp / "wheelhouse"
+    house.mkdir()
+    lock_tests.make_wheel(house, "vllm", "0.33.0")
+
+    def build(name, extra):
+        return run_plays(BUILD.format(
+            name=name, envs=json.dumps(str(envs)), current=json.dumps(str(tmp / "current")),
+            previous=json.dumps(str(tmp / "previous")), cache=json.dumps(str(tmp / "cache")),
+            uv=json.dumps(lock_tests.uvcli.find_uv("")), python=json.dumps(sys.executable),
+            house=json.dumps(str(house)), extra=json.dumps(extra)), str(tmp / "out"))[name]
+
+    built = build("built", [])
+    assert built["action"] == "build" and built["pristine"] is True, built
+    assert built["msg"] == "staged vllm 0.33.0 in %s (resolved on the host), proved pristine" % built["staged"]
+    assert os.path.isfile(os.path.join(built["staged"], "bin", "python"))
+    failed = build("failed", ["gpufleet-no-such-package"])
+    assert failed.startswith("Build the new environment in one run and prove it pristine, vllm 0.33.0: Staging vllm "
+                             "0.33.0 on localhost failed at 'install': "), failed
+    assert "gpufleet-no-such-package" in failed
+    assert failed.endswith("was removed; the service and %s were not touched." % (envs / CURRENT)), failed
+    assert sorted(os.listdir(str(envs))) == sorted([CURRENT, EARLIER, os.path.basename(built["staged"])])

@@ -1,0 +1,345 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""gpufleet.vllm.vllm_stage, run in-process with the real uv against a wheelhouse of small synthetic wheels
+(offline): a locked and an unlocked build proved pristine, then every fault the role's staging must survive (a
+tampered wheel, a lock for another Python, a package the index does not have, uv killed at its time limit, a file
+changed after the install, a removal that fails) and hostile input, each leaving nothing behind."""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import os
+import stat
+import sys
+
+import pytest
+
+from helpers import load_source, module_runner
+from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, stagebuild, uvcli
+from ansible_collections.gpufleet.vllm.plugins.modules import vllm_stage
+
+PY = "%d.%d" % sys.version_info[:2]
+lock_tests = load_source("gpufleet_uv_lock_tests_stage", "tests", "unit", "plugins", "lookup", "test_uv_lock.py")
+make_wheel, sha256 = lock_tests.make_wheel, lock_tests.sha256
+STAMP = "vllm-0.33.0-20261207T101500Z"
+
+
+def find_uv():
+    try:
+        return uvcli.find_uv("")
+    except uvcli.UvError:
+        pytest.skip("uv is not installed on this control node")
+
+
+@pytest.fixture
+def run(capsys):
+    return module_runner(vllm_stage.main, capsys)
+
+
+def make_lock(house, pins, python=PY, package="vllm"):
+    body = "".join("%s==%s \\\n    --hash=%s\n" % (name, version, sha256(os.path.join(str(house), wheel)))
+                   for name, version, wheel in pins)
+    return lockfile.render_lock({
+        "python_version": python, "python_platform": "x86_64-manylinux_2_28", "package": package,
+        "sources": "find-links %s" % house, "excluded": [], "resolved_at": "2026-12-07T10:00:00Z",
+        "resolver": "uv test"}, body)
+
+
+@pytest.fixture
+def world(tmp_path):
+    uv = find_uv()
+    house = tmp_path / "wheelhouse"
+    house.mkdir()
+    make_wheel(house, "vllm", "0.33.0", ["lark==1.3.1"])
+    make_wheel(house, "lark", "1.3.1")
+    make_wheel(house, "gguf", "0.19.0")
+    pins = [("lark", "1.3.1", "lark-1.3.1-py3-none-any.whl"), ("vllm", "0.33.0", "vllm-0.33.0-py3-none-any.whl")]
+    current = tmp_path / "envs" / "vllm-0.32.1-20261101T090000Z"
+    (current / "bin").mkdir(parents=True)
+    (current / "bin" / "keep").write_text("the serving environment\n")
+    args = {"env": str(tmp_path / "envs" / STAMP), "version": "0.33.0", "uv": uv, "python": sys.executable,
+            "cache_dir": str(tmp_path / "uv-cache"), "no_index": True, "find_links": [str(house)],
+            "current_env": str(current), "host_name": "h1", "timeout": 120}
+    return {"tmp": tmp_path, "uv": uv, "house": house, "args": args, "lock": make_lock(house, pins), "pins": pins,
+            "env": tmp_path / "envs" / STAMP, "current": current}
+
+
+def installed(env):
+    site = [os.path.join(root, name) for root, dirs, _files in os.walk(str(env / "lib"))
+            for name in dirs if name.endswith(".dist-info")]
+    return sorted(os.path.basename(path)[:-len(".dist-info")] for path in site)
+
+
+def untouched(world):
+    assert sorted(os.listdir(str(world["tmp"] / "envs"))) == [world["current"].name]
+    assert (world["current"] / "bin" / "keep").read_text() == "the serving environment\n"
+
+
+def test_a_locked_build_is_exactly_the_lock_proved_pristine_with_its_lock_beside_it(run, world):
+    code, res = run(dict(world["args"], lock=world["lock"]))
+    assert code == 0, res["msg"]
+    env = world["env"]
+    assert res["changed"] is True and res["created"] is True and res["removed"] is False
+    assert installed(env) == ["lark-1.3.1", "vllm-0.33.0"]
+    assert (env / "gpufleet.lock").read_text() == world["lock"]
+    assert not (env / stagebuild.MARKER).exists()  # (the staging's mark, gone once it was proved)
+    assert stat.S_IMODE(os.stat(str(env / "gpufleet.lock")).st_mode) == 0o644
+    assert [s["step"] for s in res["steps"]] == ["cache", "cache", "venv", "probe", "lock", "install", "record",
+                                                 "fingerprint"]
+    assert res["steps"][3]["found"]["python"] == PY
+    assert res["check"]["pristine"] is True and res["check"]["version"] == "0.33.0"
+    assert res["fingerprint"]["matches"] is True and res["fingerprint"]["unaccepted"] == []
+    assert res["lock"]["count"] == 2 and res["lock"]["package"] == "vllm==0.33.0"
+    assert res["msg"] == "staged vllm 0.33.0 in %s (exactly the lock, 2 packages), proved pristine" % env
+    sync = res["commands"][-1]
+    assert sync[1:3] == ["pip", "sync"] and "--require-hashes" in sync and sync[-1] == str(env / "gpufleet.lock")
+    assert sync[sync.index("--link-mode") + 1] == "copy"
+    # copies: no file of the new environment shares its inode with uv's cache
+    init = [os.path.join(root, "__init__.py") for root, _d, files in os.walk(str(env / "lib"))
+            if root.endswith("/vllm") and "__init__.py" in files]
+    assert len(init) == 1 and os.stat(init[0]).st_nlink == 1
+    untouched_current = (world["current"] / "bin" / "keep").read_text()
+    assert untouched_current == "the serving environment\n"
+
+
+def test_without_a_lock_the_target_and_the_extra_packages_are_installed(run, world):
+    code, res = run(dict(world["args"], extra_packages=["gguf==0.19.0"]))
+    assert code == 0, res["msg"]
+    assert installed(world["env"]) == ["gguf-0.19.0", "lark-1.3.1", "vllm-0.33.0"]
+    assert [s["step"] for s in res["steps"]] == ["cache", "cache", "venv", "install", "record"]
+    assert res["fingerprint"] is None and res["lock"] is None
+    assert res["commands"][-1][-2:] == ["vllm==0.33.0", "gguf==0.19.0"]
+    assert not (world["env"] / "gpufleet.lock").exists()
+
+
+def test_check_mode_runs_nothing_and_says_what_it_would_run(run, world):
+    code, res = run(dict(world["args"], lock=world["lock"]), check=True)
+    assert code == 0 and res["changed"] is True and res["check_mode"] is True
+    assert res["steps"] == [] and res["created"] is False
+    assert res["msg"].startswith("would stage vllm 0.33.0 in ")
+    assert [argv[1] for argv in res["commands"]] == ["cache", "cache", "venv", "-I", "pip"]
+    assert not world["env"].exists() and not (world["tmp"] / "uv-cache").exists()
+
+
+def test_a_tampered_wheel_is_refused_and_the_new_environment_removed(run, world):
+    # the mirror's lark replaced by other bytes under the same name, after the lock was made
+    os.remove(str(world["house"] / "lark-1.3.1-py3-none-any.whl"))
+    make_wheel(world["house"], "lark", "1.3.1", payload="import os  # not what was locked\n")
+    code, res = run(dict(world["args"], lock=world["lock"]))
+    assert code == 1
+    msg = res["msg"]
+    assert msg.startswith("Staging vllm 0.33.0 on h1 failed at 'install': the index serves a wheel whose sha256 is "
+                          "not the one the lock names")
+    assert "Hash mismatch" in msg or "hash mismatch" in msg
+    assert msg.endswith("The incomplete environment %s was removed; the service and %s were not touched."
+                        % (world["env"], world["current"]))
+    assert res["removed"] is True and not world["env"].exists()
+    untouched(world)
+
+
+def test_a_lock_for_another_python_is_refused_before_the_install(run, world):
+    other = "3.99" if PY != "3.99" else "3.98"
+    code, res = run(dict(world["args"], lock=make_lock(world["house"], world["pins"], python=other)))
+    assert code == 1
+    assert ("failed at 'check the new interpreter against the lock': The lock does not fit h1: the lock is for "
+            "Python %s, this host's environment runs Python %s" % (other, PY)) in res["msg"]
+    assert [s["step"] for s in res["steps"]] == ["cache", "cache", "venv", "probe"]
+    assert not world["env"].exists()
+    untouched(world)
+
+
+def test_a_package_the_index_does_not_have_fails_naming_it(run, world):
+    code, res = run(dict(world["args"], extra_packages=["gpufleet-no-such-package"]))
+    assert code == 1
+    assert "failed at 'install': " in res["msg"] and "gpufleet-no-such-package" in res["msg"]
+    assert "was removed" in res["msg"] and not world["env"].exists()
+    untouched(world)
+
+
+def fake_uv(world, script):
+    path = world["tmp"] / "uv-wrapper"
+    path.write_text("#!/bin/sh\n%s\nexec %s \"$@\"\n" % (script, world["uv"]))
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_uv_past_its_time_limit_is_killed_and_the_environment_removed(run, world):
+    uv = fake_uv(world, 'if [ "$1" = pip ]; then exec sleep 60; fi')
+    code, res = run(dict(world["args"], uv=uv, timeout=2))
+    assert code == 1
+    assert "failed at 'install': " in res["msg"] and "did not answer within 2 s and was killed" in res["msg"]
+    assert res["steps"][-1]["step"] == "install" and res["steps"][-1]["seconds"] < 30
+    assert not world["env"].exists()
+    untouched(world)
+
+
+def test_a_file_changed_after_the_install_fails_the_record_check(run, world):
+    # uv "installs", then something edits vLLM before the check (a hook, a bad mirror of the files)
+    uv = fake_uv(world, '"%s" "$@" || exit $?\nif [ "$2" = install ]; then for f in $(find "%s" -path "*/vllm/__init__.py"); '
+                 'do echo "_t = 1" >> "$f"; done; fi\nexit 0' % (world["uv"], world["env"]))
+    code, res = run(dict(world["args"], uv=uv))
+    assert code == 1, res
+    assert "failed at 'verify the new environment against RECORD': " in res["msg"]
+    assert "vllm/__init__.py" in res["msg"] and "was removed" in res["msg"]
+    assert res["check"]["pristine"] is False
+    assert not world["env"].exists()
+
+
+def test_a_removal_that_fails_says_so_and_what_to_remove(world, monkeypatch):
+    def fail(path):
+        raise OSError(13, "Permission denied")
+    monkeypatch.setattr(stagebuild, "_remove", fail)
+    params = dict(vllm_stage_defaults(), **dict(world["args"], extra_packages=["gpufleet-no-such-package"]))
+    with pytest.raises(stagebuild.StageFailed) as exc:
+        stagebuild.build(params)
+    assert ("The incomplete environment %s could NOT be removed (Permission denied): remove it by hand before the "
+            "next run; the service and %s were not touched." % (world["env"], world["current"])) in exc.value.msg
+    assert exc.value.result["removed"] is False
+
+
+def vllm_stage_defaults():
+    defaults = dict(package="vllm", lock=None, extra_packages=[], python="/usr/bin/python3", cache_dir="",
+                    cache_clean=True, index_url="", extra_index_urls=[], find_links=[], no_index=False, prerelease="",
+                    torch_backend="", no_deps=False, environment={}, min_free_mib=0, room_purpose="", verify=True,
+                    accept_not_pristine=[], current_env="", host_name="", timeout=3600, check_timeout=600, max_list=10)
+    return defaults
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"extra_packages": ["--index-url=http://127.0.0.1:9/simple"]},
+     "extra_packages[0] is '--index-url=http://127.0.0.1:9/simple', which starts with '-'"),
+    ({"index_url": "http://mirror/simple\n--no-verify"}, "index_url holds a line break (U+000A)"),
+    ({"find_links": ["-e."]}, "find_links[0] is '-e.', which starts with '-'"),
+    ({"version": ">=0.33"}, "version must be one exact version such as 0.33.0, got '>=0.33'"),
+    ({"package": "vllm; rm -rf /"}, "package must be a distribution name"),
+    ({"env": "relative/env"}, "env must be an absolute path"),
+    ({"env": "/opt/vllm/envs/../../etc"}, "env must be a plain path"),
+    ({"prerelease": "always"}, "prerelease must be one of"),
+    ({"environment": {"UV INDEX": "x"}}, "environment holds 'UV INDEX', which is not a variable name"),
+    ({"environment": {"UV_INDEX_URL": "a\x00b"}}, "environment.UV_INDEX_URL holds a NUL character"),
+    ({"timeout": 0}, "timeout must be 1 or more, got 0"),
+    ({"uv": "bin/uv"}, "uv must be the uv executable"),
+])
+def test_hostile_values_are_refused_before_anything_runs(run, world, change, expected):
+    calls = world["tmp"] / "calls"
+    uv = fake_uv(world, 'echo "$@" >> "%s"' % calls)
+    code, res = run(dict(world["args"], uv=uv, **change) if "uv" not in change else dict(world["args"], **change))
+    assert code == 1
+    assert res["msg"].startswith("Refused, nothing was changed: ") and expected in res["msg"], res["msg"]
+    assert not calls.exists() and not world["env"].exists()
+    untouched(world)
+
+
+def test_the_current_environment_is_never_the_new_one(run, world):
+    code, res = run(dict(world["args"], env=str(world["current"]) + "/"))
+    assert code == 1 and "env is the current environment" in res["msg"]
+    untouched(world)
+
+
+def test_a_path_that_exists_is_refused_and_left_as_it_was(run, world):
+    world["env"].mkdir()
+    (world["env"] / "mine").write_text("someone's\n")
+    code, res = run(dict(world["args"]))
+    assert code == 1
+    assert res["msg"] == ("Staging vllm 0.33.0 on h1 was refused: %s already exists; run the role again (a new "
+                          "environment's name carries the time now). Nothing was changed; the service and %s were "
+                          "not touched." % (world["env"], world["current"]))
+    assert (world["env"] / "mine").read_text() == "someone's\n"
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda text: text.replace("lark==1.3.1", "lark==1.3.2"), "its pins do not match its fingerprint"),
+    (lambda text: text.replace("# gpufleet.vllm lock v2", "# another lock"), "missing header"),
+    (lambda text: "", "missing header"),
+])
+def test_a_lock_that_is_not_one_of_ours_is_refused(run, world, edit, expected):
+    code, res = run(dict(world["args"], lock=edit(world["lock"])))
+    assert code == 1 and "was refused: the lock" in res["msg"] and expected in res["msg"], res["msg"]
+    assert "steps" in res and res["steps"] == [] and not world["env"].exists()
+
+
+def test_a_lock_for_another_version_is_refused(run, world):
+    code, res = run(dict(world["args"], lock=world["lock"], version="0.33.1"))
+    assert code == 1 and "the lock is for vllm==0.33.0, not for vllm==0.33.1" in res["msg"]
+    assert not world["env"].exists()
+
+
+def test_missing_uv_and_short_room_are_refused_before_anything_is_written(run, world):
+    code, res = run(dict(world["args"], uv=str(world["tmp"] / "no-uv")))
+    assert code == 1
+    assert "uv was not found at %s, or is not an executable file. Set reinstall_uv" % (world["tmp"] / "no-uv") in res["msg"]
+    code, res = run(dict(world["args"], min_free_mib=1 << 40, room_purpose="reinstall_min_free_mib"))
+    assert code == 1 and "MiB are free" in res["msg"] and "reinstall_min_free_mib" in res["msg"]
+    assert "Nothing was changed" in res["msg"]
+    assert not world["env"].exists() and not (world["tmp"] / "uv-cache").exists()
+
+
+def test_a_trailing_slash_names_the_same_environment(run, world):
+    # (its directory is the environments directory, not the new environment itself)
+    code, res = run(dict(world["args"], env=str(world["env"]) + "/"), check=True)
+    assert code == 0 and res["env"] == str(world["env"])
+    assert res["commands"][2][-1] == str(world["env"]) and res["commands"][-1][res["commands"][-1].index("--python") + 1] \
+        == str(world["env"] / "bin" / "python")
+
+
+def test_an_interpreter_uv_cannot_use_fails_at_the_venv_and_leaves_nothing(run, world):
+    code, res = run(dict(world["args"], python=str(world["tmp"] / "no-such-python")))
+    assert code == 1
+    assert "failed at 'create the venv': " in res["msg"], res["msg"]
+    assert "The incomplete environment %s was removed" % world["env"] in res["msg"]
+    assert res["created"] is True and res["removed"] is True and not world["env"].exists()
+    untouched(world)
+
+
+def test_a_path_that_appears_while_staging_is_left_alone(run, world):
+    # another run (or a person) makes the path while uv cleans its cache: this run does not build into it, nor remove it
+    uv = fake_uv(world, 'if [ "$2" = prune ]; then mkdir -p "%s" && echo theirs > "%s/mine"; fi' % (world["env"], world["env"]))
+    code, res = run(dict(world["args"], uv=uv))
+    assert code == 1
+    assert ("failed at 'create the venv': %s appeared while this run staged (another run, or a person); it was left "
+            "alone. The new environment was not created" % world["env"]) in res["msg"], res["msg"]
+    assert (world["env"] / "mine").read_text() == "theirs\n" and res["removed"] is False
+
+
+def test_a_directory_swapped_in_during_the_venv_step_is_not_removed(run, world):
+    # the venv step's directory is replaced by another one (same path, another inode) and uv fails: left alone
+    uv = fake_uv(world, 'if [ "$1" = venv ]; then rm -rf "%s"; mkdir "%s"; echo theirs > "%s/mine"; exit 3; fi'
+                 % (world["env"], world["env"], world["env"]))
+    code, res = run(dict(world["args"], uv=uv))
+    assert code == 1
+    assert "%s is not the directory this run made (another run or a person put it there); it was left alone" % (
+        world["env"]) in res["msg"], res["msg"]
+    assert (world["env"] / "mine").read_text() == "theirs\n" and res["removed"] is False
+
+
+def test_a_cache_step_that_fails_says_the_environment_was_not_created(run, world):
+    uv = fake_uv(world, 'if [ "$1" = cache ]; then echo "error: the cache is locked by another uv" >&2; exit 2; fi')
+    code, res = run(dict(world["args"], uv=uv))
+    assert code == 1
+    assert res["msg"] == ("Staging vllm 0.33.0 on h1 failed at 'remove the package from uv's cache': uv cache clean said: "
+                          "error: the cache is locked by another uv. The new environment was not created; the service "
+                          "and %s were not touched." % world["current"])
+    assert not world["env"].exists()
+
+
+def test_credentials_in_an_index_url_stay_out_of_the_result(run, world):
+    uv = fake_uv(world, 'if [ "$1" = pip ]; then exec sleep 60; fi')
+    url = "https://alice:s3cr3t@127.0.0.1:9/simple"
+    code, res = run(dict(world["args"], uv=uv, timeout=1, index_url=url, no_index=False, find_links=[]))
+    assert code == 1 and "did not answer within 1 s" in res["msg"], res["msg"]
+    # (the options as given stay in the invocation, as Ansible keeps every module's: not in what the module says)
+    assert "s3cr3t" not in json_text(dict((k, v) for k, v in res.items() if k != "invocation"))
+    assert "https://***@127.0.0.1:9/simple" in json_text(res["commands"])
+
+
+def test_without_verify_the_message_does_not_claim_a_proof(run, world):
+    code, res = run(dict(world["args"], verify=False))
+    assert code == 0 and res["check"] is None
+    assert res["msg"].endswith("(resolved on the host), not verified (verify is false)")
+
+
+def json_text(value):
+    import json  # pylint: disable=import-outside-toplevel
+    return json.dumps(value)
