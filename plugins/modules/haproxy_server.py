@@ -23,6 +23,10 @@ description:
     V(ready), until HAProxy's own health check sees the server up (status exactly C(UP), see RV(servers)); with
     V(drain) or V(maint), until the server has no session left (C(scur) 0). At O(timeout), O(on_timeout) says
     whether the task fails or goes on with a warning.
+  - With O(state=maint) and O(drain=true), drains first, as M(community.general.haproxy)'s C(drain) does. It sets
+    V(drain) (unless the server is in V(drain) or V(maint) already), waits with O(wait=true) until the server has no
+    session left (O(timeout), O(interval), O(on_timeout)), then sets V(maint); one task for a server's whole way out
+    of rotation.
   - "Backend and server names are checked before they reach a command line of the API (HAProxy identifiers, 1 to 64
     of C(A-Z a-z 0-9 _ . : -))."
   - A socket that is missing, not a socket, not allowed or refused, a socket without C(level admin), an unknown
@@ -48,13 +52,22 @@ options:
     type: str
     choices: [query, ready, drain, maint]
     default: query
+  drain:
+    description:
+      - With O(state=maint), set V(drain) first and wait (with O(wait=true)) until the server has no session left,
+        then set V(maint). At O(timeout) with O(on_timeout=continue) the server goes to V(maint) all the same (with a
+        warning, RV(timed_out=true)); with O(on_timeout=fail) it stays in V(drain) and the task fails.
+      - Only with O(state=maint).
+    type: bool
+    default: false
   wait:
     description:
       - With O(state=ready), wait until the server's status is exactly C(UP), its full health (or C(no check) for a
         server without health check). HAProxy puts a server that leaves V(maint) or V(drain) back in rotation at
         once, before any check, as C(UP 1/2) (with C(rise 2 fall 2); one failed check takes it down); that does not
         end the wait, a passed check does. A server that was C(DOWN) shows C(DOWN 1/2) until C(rise) checks passed.
-      - With O(state=drain) or O(state=maint), wait until the server's current sessions (C(scur)) are 0.
+      - With O(state=drain) or O(state=maint), wait until the server's current sessions (C(scur)) are 0 (with
+        O(drain=true), between the drain and the maint).
       - Ignored with O(state=query).
     type: bool
     default: false
@@ -134,6 +147,18 @@ EXAMPLES = r"""
     backend: vllm
     server: "{{ inventory_hostname }}"
     state: maint
+  delegate_to: lb1
+
+- name: Drain, wait until no session is left (at most 10 minutes), then maint for the stop
+  gpufleet.vllm.haproxy_server:
+    socket: /run/haproxy/admin.sock
+    backend: vllm
+    server: "{{ inventory_hostname }}"
+    state: maint
+    drain: true
+    wait: true
+    timeout: 600
+    on_timeout: continue
   delegate_to: lb1
 
 - name: Back in rotation once HAProxy's health check sees it up
@@ -233,6 +258,13 @@ previous:
   returned: success, and on a wait timeout
   type: dict
   sample: {"name": "rollout-2", "admin": "ready", "status": "UP", "sessions": 3, "serving": true}
+drained:
+  description:
+    - With O(drain=true), the drain before the maint. C(set) (whether V(drain) was set), C(sessions) (the server's
+      sessions when the wait ended), C(waited) and C(timed_out).
+  returned: with O(drain=true), on success and on a wait timeout
+  type: dict
+  sample: {"set": true, "sessions": 0, "waited": 3.2, "timed_out": false}
 waited:
   description: Seconds waited (0 without O(wait)).
   returned: success, and on a wait timeout
@@ -274,6 +306,8 @@ def _problems(params):
             problems.append(problem)
     elif params["state"] != "query":
         problems.append("state=%s needs a server" % params["state"])
+    if params["drain"] and params["state"] != "maint":
+        problems.append("drain=true goes with state=maint (the drain before it), not state=%s" % params["state"])
     if not 0 <= params["timeout"] <= MAX_WAIT:
         problems.append("timeout must be 0 to %d seconds; got %d" % (MAX_WAIT, params["timeout"]))
     if not 0.1 <= params["interval"] <= 60:
@@ -281,6 +315,49 @@ def _problems(params):
     if not 0.1 <= params["request_timeout"] <= 300:
         problems.append("request_timeout must be 0.1 to 300 seconds; got %s" % params["request_timeout"])
     return problems
+
+
+def _drain_first(module, read, path, backend, name, rtimeout, already=False):
+    """drain=true: drain (unless ALREADY), then wait (with wait=true, not in check mode) until no session is left."""
+    params = module.params
+    if not already and not module.check_mode:
+        set_admin(path, backend, name, "drain", rtimeout)
+    waited, timed_out, sessions, servers, server = 0.0, False, None, None, None
+    if params["wait"] and not module.check_mode:
+        servers, server, waited, timed_out = wait_for(read, no_sessions, params["timeout"], params["interval"])
+        sessions = server["sessions"]
+    elif not module.check_mode:
+        module.warn("drain=true without wait=true sets drain and maint one right after the other: the requests in "
+                    "flight are not waited for.")
+    return {"set": not already and not module.check_mode, "sessions": sessions, "waited": waited,
+            "timed_out": timed_out, "already": already, "servers": servers, "server": server}
+
+
+def _drain_timed_out(module, drained, previous, backend, name, base):
+    """on_timeout=fail: the server stays in drain, the task fails saying so."""
+    servers = drained["servers"] or []
+    module.fail_json(
+        msg="%s/%s: %s, but after %s s it still had %s session(s) (timeout %d s); it stays in drain, not set to "
+            "maint (on_timeout=fail)." % (backend, name, "in drain already" if drained["already"] else "drained",
+                                          drained["waited"], drained["sessions"], module.params["timeout"]),
+        error_kind="wait_timeout", changed=drained["set"], waited=drained["waited"], timed_out=True,
+        drained=_drained_result(drained), servers=servers, serving=sum(1 for s in servers if s["serving"]),
+        server=drained["server"] or {}, previous=previous, **base)
+
+
+def _drained_result(drained):
+    return dict((key, drained[key]) for key in ("set", "sessions", "waited", "timed_out"))
+
+
+def _drain_phrase(module, drained, params, did):
+    if module.check_mode:
+        return "would be %s, then set to maint (check mode, nothing sent)" % (
+            "kept in drain" if drained["already"] else "drained")
+    first = "in drain already" if drained["already"] else "drained"
+    if not params["wait"]:
+        return "%s, then %s" % (first, did)
+    return "%s, %s session(s) after %s s%s, then %s" % (
+        first, drained["sessions"], drained["waited"], " (timed out)" if drained["timed_out"] else "", did)
 
 
 def _serving_phrase(servers):
@@ -294,6 +371,7 @@ def main():
             backend=dict(type="str", required=True),
             server=dict(type="str"),
             state=dict(type="str", choices=["query", "ready", "drain", "maint"], default="query"),
+            drain=dict(type="bool", default=False),
             wait=dict(type="bool", default=False),
             timeout=dict(type="int", default=60),
             interval=dict(type="float", default=1.0),
@@ -316,29 +394,44 @@ def main():
         servers = backend_servers(path, backend, rtimeout)
         return servers, (find(servers, backend, name, path) if name is not None else {})
 
-    sent = False
+    sent = None
+    drained = None
     try:
         servers, previous = read()
         changed = state != "query" and previous["admin"] != state
+        if params["drain"] and previous["admin"] == "ready":
+            drained = _drain_first(module, read, path, backend, name, rtimeout)
+            sent = "drain" if drained["set"] else None
+            if drained["timed_out"] and params["on_timeout"] == "fail":
+                _drain_timed_out(module, drained, previous, backend, name, base)
+        elif params["drain"] and previous["admin"] == "drain":
+            drained = _drain_first(module, read, path, backend, name, rtimeout, already=True)
+            if drained["timed_out"] and params["on_timeout"] == "fail":
+                _drain_timed_out(module, drained, previous, backend, name, base)
         if changed and not module.check_mode:
             set_admin(path, backend, name, state, rtimeout)
-            sent = True
+            sent = state
             servers, current = read()
         else:
             current = predicted(previous, state) if changed else previous
         waited, timed_out = 0.0, False
-        do_wait = params["wait"] and state != "query" and not (changed and module.check_mode)
+        do_wait = params["wait"] and state != "query" and not (changed and module.check_mode) and drained is None
         if do_wait:
             done = settled_up if state == "ready" else no_sessions
             servers, current, waited, timed_out = wait_for(read, done, params["timeout"], params["interval"])
+        if drained is not None:
+            waited, timed_out = drained["waited"], drained["timed_out"]
     except HaproxyError as exc:
         # (a failure after the set: the server's state did change, and the operator must know it)
-        msg = str(exc) if not sent else "%s; %s/%s was set to %s before that" % (exc, backend, name, state)
-        module.fail_json(msg=msg, error_kind=exc.kind, changed=sent, **base)
+        msg = str(exc) if not sent else "%s; %s/%s was set to %s before that" % (exc, backend, name, sent)
+        module.fail_json(msg=msg, error_kind=exc.kind, changed=bool(sent), **base)
 
     result = dict(check_mode=base["check_mode"], changed=changed, servers=servers,
                   serving=sum(1 for s in servers if s["serving"]), server=current, previous=previous, waited=waited,
                   timed_out=timed_out)
+    if params["drain"]:
+        nothing = {"set": False, "sessions": None, "waited": 0.0, "timed_out": False}
+        result["drained"] = _drained_result(drained) if drained else nothing
     if name is not None and state != "query":
         result["diff"] = {"before": {"admin": previous["admin"]}, "after": {"admin": state},
                           "before_header": "%s/%s" % (backend, name), "after_header": "%s/%s" % (backend, name)}
@@ -351,6 +444,15 @@ def main():
     did = ("%s (was %s)" % (state, previous["admin"]) if changed else "%s already" % state)
     if module.check_mode and changed:
         did = "would be set to %s (is %s; check mode, nothing sent)" % (state, previous["admin"])
+    if drained is not None:
+        did = _drain_phrase(module, drained, params, did)
+        if drained["timed_out"]:
+            module.warn("%s/%s still had %s session(s) after %s s of drain (timeout %d s); set to maint all the same "
+                        "(on_timeout=continue)." % (backend, name, drained["sessions"], drained["waited"],
+                                                    params["timeout"]))
+        result["msg"] = "%s: %s; status %s, %d session(s); %s." % (where, did, current["status"], current["sessions"],
+                                                                   _serving_phrase(servers))
+        module.exit_json(**result)
     if do_wait:
         goal = "status UP" if state == "ready" else "0 session(s)"
         if timed_out:

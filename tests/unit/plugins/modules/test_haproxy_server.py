@@ -275,3 +275,67 @@ def test_a_failure_after_the_set_says_the_state_changed(world, run, monkeypatch)
     reads[:] = [1]
     rc, out = run(args(world, server="rollout-2", state="drain"))
     assert rc == 1 and out["changed"] is False and "was set to" not in out["msg"]
+
+
+# ---- drain=true: drain, the wait for the sessions, then maint, in one task (the balancer role's take-out)
+
+def test_drain_then_maint_lets_the_request_in_flight_end_first(world, run):
+    world.raw("set server vllm/rollout-2 state maint")
+    backend = world.backends["rollout-1"]
+    thread, result = world.slow_request(backend)
+    timer = threading.Timer(1.0, backend.release.set)
+    timer.start()
+    try:
+        rc, out = run(args(world, server="rollout-1", state="maint", drain=True, wait=True, timeout=10), diff=True)
+    finally:
+        timer.cancel()
+        backend.release.set()
+    thread.join(10)
+    assert rc == 0, out
+    assert out["drained"]["set"] is True and out["drained"]["sessions"] == 0 and not out["drained"]["timed_out"]
+    assert 0.5 <= out["waited"] < 10 and out["waited"] == out["drained"]["waited"]
+    assert out["server"]["admin"] == "maint" and out["previous"]["admin"] == "ready" and out["changed"]
+    assert out["diff"]["before"] == {"admin": "ready"} and out["diff"]["after"] == {"admin": "maint"}
+    assert world.admin_bits("rollout-1") & MAINT_BIT
+    assert result["answer"].startswith(b"HTTP/1.0 200")   # drained, not cut by the maint
+    assert "vllm/rollout-1: drained, 0 session(s) after " in out["msg"] and ", then maint (was ready)" in out["msg"]
+
+
+def test_drain_then_maint_at_the_timeout_goes_on_or_stays_in_drain(world, run, monkeypatch):
+    monkeypatch.setattr(_internal, "is_controller", False)
+    world.raw("set server vllm/rollout-2 state maint")
+    backend = world.backends["rollout-1"]
+    thread, _result = world.slow_request(backend)
+    try:
+        # on_timeout=fail: the server stays in drain (its request may still end), the task fails saying so
+        rc, out = run(args(world, server="rollout-1", state="maint", drain=True, wait=True, timeout=1))
+        assert rc == 1 and out["error_kind"] == "wait_timeout", out
+        assert "it stays in drain, not set to maint" in out["msg"] and "1 session(s)" in out["msg"]
+        assert out["server"]["admin"] == "drain" and out["previous"]["admin"] == "ready" and out["servers"], out
+        bits = world.admin_bits("rollout-1")
+        assert bits & DRAIN_BIT and not bits & MAINT_BIT
+        # on_timeout=continue: maint all the same, with a warning (a server in drain already is not drained again)
+        rc, out = run(args(world, server="rollout-1", state="maint", drain=True, wait=True, timeout=1,
+                           on_timeout="continue"))
+        assert rc == 0 and out["timed_out"] and out["drained"]["sessions"] == 1 and out["drained"]["set"] is False
+        assert "set to maint all the same (on_timeout=continue)" in json.dumps(out["warnings"]), out
+        assert world.admin_bits("rollout-1") & MAINT_BIT
+    finally:
+        backend.release.set()
+        thread.join(10)
+
+
+def test_drain_then_maint_in_check_mode_and_when_in_maint_already(world, run):
+    rc, out = run(args(world, server="rollout-1", state="maint", drain=True, wait=True), check=True)
+    assert rc == 0 and out["changed"] and out["waited"] == 0 and out["drained"]["set"] is False
+    assert "would be drained, then set to maint (check mode, nothing sent)" in out["msg"]
+    assert world.admin_bits("rollout-1") == 0
+    world.raw("set server vllm/rollout-1 state maint")
+    rc, out = run(args(world, server="rollout-1", state="maint", drain=True, wait=True, timeout=1))
+    assert rc == 0 and not out["changed"]
+    assert out["drained"] == {"set": False, "sessions": None, "waited": 0.0, "timed_out": False}
+
+
+def test_drain_goes_with_maint_only(world, run):
+    rc, out = run(args(world, server="rollout-1", state="drain", drain=True))
+    assert rc == 1 and "drain=true goes with state=maint" in out["msg"] and world.admin_bits("rollout-1") == 0
