@@ -443,7 +443,8 @@ def _lock_cells(facts, status):
     lock = _get(facts, "reinstall_lock_info", {}) or {}
     if not isinstance(lock, dict) or not lock.get("pins"):
         return {"lock": "", "lock_packages": None, "environment_after": None, "dependencies": None}
-    proof = _get(facts, "rollout_fingerprint", {}) or {}
+    # (the serving environment against the lock: the proof's environment_check, package_integrity's run after the start)
+    proof = _get(_get(facts, "rollout_integrity", {}) or {}, "environment_check", {}) or {}
     after = None
     # (only a host that ended on the new build: a host rolled back after its proof serves its old environment)
     if status == "updated" and isinstance(proof, dict) and proof.get("fingerprint") and not proof.get("skipped"):

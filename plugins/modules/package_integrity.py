@@ -36,6 +36,10 @@ description:
     reports this as RV(uv_cache_tainted) and says to clean the package from the cache first.
   - An editable install, an install without RECORD (C(.egg-info)) and an ambiguous one (two metadata directories)
     cannot be verified; the result says why (RV(reason)) and is never pristine.
+  - With O(expected_packages), the whole environment is also checked in the same run, as
+    M(gpufleet.vllm.env_fingerprint) checks it (RV(environment_check)). It must hold exactly those distributions at
+    those versions (and, with O(expected_fingerprint), have that fingerprint), each pristine by its own C(RECORD)
+    but those of O(accept_not_pristine). A fleet's lock proved with its package in one task.
   - The module only reads. It never changes anything (C(changed=false)).
 options:
   name:
@@ -103,10 +107,30 @@ options:
         task (with O(fail_on_drift) or not), saying both; versions are compared in their PEP 440 form (C(1.0-1) is
         C(1.0.post1)). Unset, any version is verified.
     type: str
+  expected_packages:
+    description:
+      - The distributions the environment must hold, name to version, and no others (the pins of a fleet lock). With
+        it, RV(environment_check) is the environment against them, and O(fail_on_drift) also fails the task when
+        the environment is not exactly them or a distribution is not pristine (but those of O(accept_not_pristine)).
+    type: dict
+  expected_fingerprint:
+    description:
+      - With O(expected_packages), the fingerprint the environment must have, C(sha256:) and 64 hexadecimal digits
+        (a lock's C(fingerprint)).
+    type: str
+  accept_not_pristine:
+    description:
+      - With O(expected_packages), the distributions (any spelling) that may be not pristine (a package whose own
+        C(RECORD) does not match its files upstream).
+    type: list
+    elements: str
+    default: []
   fail_on_drift:
     description:
       - Fail the task when the distribution is not pristine (drift found, or it cannot be verified). The message
         names the first few offending files. The full result is returned either way.
+      - With O(expected_packages), also when the environment is not exactly those packages, or holds one that is not
+        pristine but those of O(accept_not_pristine); the message names the first differences.
     type: bool
     default: true
   max_list:
@@ -126,6 +150,8 @@ options:
         fails with a message saying how far the check got (for example how many of the RECORD files were hashed);
         nothing is changed either way.
       - A large file being hashed is stopped between 32 MiB stretches, so the task may run a little longer.
+      - With O(expected_packages), the check of the environment has a time limit of its own, as long (it runs once
+        the package's check passed).
     type: int
     default: 600
 extends_documentation_fragment:
@@ -179,6 +205,13 @@ EXAMPLES = r"""
     wheel: /srv/wheelhouse
     fail_on_drift: false
   register: vllm_integrity
+
+- name: Prove vLLM pristine and its environment exactly the fleet's lock, in one run
+  gpufleet.vllm.package_integrity:
+    venv: /opt/vllm/current
+    expected_packages: "{{ lock.pins }}"
+    expected_fingerprint: "{{ lock.fingerprint }}"
+    accept_not_pristine: [pynvvideocodec]
 
 - name: Show what was found
   ansible.builtin.debug:
@@ -364,6 +397,13 @@ shadowed:
   returned: always
   type: list
   elements: str
+environment_check:
+  description:
+    - With O(expected_packages), the M(gpufleet.vllm.env_fingerprint) result of the environment against them (the
+      keys C(matches), C(fingerprint), C(expected_fingerprint), C(different), C(missing), C(extra), C(not_pristine),
+      C(not_pristine_total), C(unaccepted) and the rest); null without it.
+  returned: always
+  type: dict
 elapsed:
   description: Seconds the check took on the host.
   returned: always
@@ -371,11 +411,18 @@ elapsed:
   sample: 0.27
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
+    check_environment, mismatch_message, not_pristine_message)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check_installed
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import same_version
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
+
+
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
 
 
 def main():
@@ -390,6 +437,9 @@ def main():
             patterns=dict(type="list", elements="str", default=list(DEFAULT_PATTERNS)),
             uv_cache_dir=dict(type="list", elements="path"),
             version=dict(type="str"),
+            expected_packages=dict(type="dict"),
+            expected_fingerprint=dict(type="str"),
+            accept_not_pristine=dict(type="list", elements="str", default=[]),
             fail_on_drift=dict(type="bool", default=True),
             max_list=dict(type="int", default=50),
             diff_max_bytes=dict(type="int", default=16384),
@@ -409,6 +459,14 @@ def main():
         module.fail_json(msg="timeout must be 1 or more seconds (got %d)." % params["timeout"])
     if params["python_timeout"] < 1:
         module.fail_json(msg="python_timeout must be 1 or more seconds (got %d)." % params["python_timeout"])
+    expected_fingerprint = params["expected_fingerprint"]
+    if expected_fingerprint is not None:
+        if params["expected_packages"] is None:
+            module.fail_json(msg="expected_fingerprint goes with expected_packages (the packages it is the fingerprint of).")
+        expected_fingerprint = expected_fingerprint.strip().lower()
+        if not _FINGERPRINT.match(expected_fingerprint):
+            module.fail_json(msg=safe_text("expected_fingerprint must be sha256: and 64 hexadecimal digits, as a lock "
+                                           "gives it (got %r)." % params["expected_fingerprint"][:100]))
 
     try:
         result = check_installed(dist_name=params["name"], python=params["python"], venv=params["venv"],
@@ -420,6 +478,7 @@ def main():
         module.fail_json(msg=safe_text(str(exc)), changed=False)
 
     result["check_mode"] = module.check_mode
+    result["environment_check"] = None
     if params["version"] is not None:
         wanted = params["version"].strip()
         found = str(result.get("version") or "")
@@ -429,7 +488,27 @@ def main():
                 params["name"], found or "(none)", wanted, result["msg"]))
             module.fail_json(**result)
     if params["fail_on_drift"] and not result["pristine"]:
+        # (the package's own verdict first: the environment's check hashes every other package, not needed now)
         result["msg"] += " (fail_on_drift is true; set it to false to only report.)"
+        module.fail_json(**result)
+    if params["expected_packages"] is not None:
+        try:
+            result["environment_check"] = check_environment(
+                python=params["python"], venv=params["venv"], site_packages=params["site_packages"],
+                python_timeout=params["python_timeout"], expected=params["expected_packages"],
+                expected_fingerprint=expected_fingerprint, accept_not_pristine=params["accept_not_pristine"],
+                max_list=params["max_list"], timeout=params["timeout"])
+        except IntegrityError as exc:
+            result["msg"] = safe_text("%s; the check of the environment against expected_packages could not run: %s"
+                                      % (result["msg"].rstrip("."), exc))
+            module.fail_json(**result)
+    environment = result["environment_check"]
+    if params["fail_on_drift"] and environment is not None and (environment["matches"] is False
+                                                                or environment["unaccepted"]):
+        why = mismatch_message(environment) if environment["matches"] is False else \
+            not_pristine_message(environment, environment["unaccepted"]) + "."
+        result["msg"] = safe_text("%s %s is pristine, but %s (fail_on_drift is true; set it to false to only report.)"
+                                  % (params["name"], result.get("version") or "", why[:1].lower() + why[1:]))
         module.fail_json(**result)
     module.exit_json(**result)
 

@@ -169,7 +169,7 @@ def test_documented_return_values_cover_the_result(run, venv):
 def test_examples_are_valid_yaml_tasks():
     tasks = yaml.safe_load(package_integrity.EXAMPLES)
     modules = [next(k for k in task if k != "name" and k != "register" and k != "when") for task in tasks]
-    assert modules.count("gpufleet.vllm.package_integrity") == 3
+    assert modules.count("gpufleet.vllm.package_integrity") == 4
 
 
 @pytest.mark.skipif(shutil.which("ansible-doc") is None and not os.path.exists(
@@ -240,3 +240,73 @@ def test_another_version_fails_even_pristine_and_without_fail_on_drift(run, venv
     code, result = run(base_args(venv, version="1.1"))
     assert code == 1 and "is not pristine: 1 modified" in result["msg"]
     assert result["msg"].startswith("demo is version 1.0, not the expected 1.1: ")
+
+
+# ---- expected_packages: the package and its whole environment (a fleet lock) proved in one run
+
+fp = load_source("gpufleet_fingerprint_helpers_integrity", "tests", "unit", "plugins", "module_utils", "test_fingerprint.py")
+
+
+@pytest.fixture
+def locked(tmp_path):
+    root = tmp_path / "env"
+    fp.add_dist(root, "vllm", "0.33.0", files={"vllm/__init__.py": b"X = 1\n"})
+    fp.add_dist(root, "lark", "1.3.1", files={"lark/__init__.py": b"L = 1\n"})
+    fp.add_dist(root, "pynvvideocodec", "2.0.0", files={"pynvvideocodec/__init__.py": b"P = 1\n"})
+    return root, {"vllm": "0.33.0", "lark": "1.3.1", "pynvvideocodec": "2.0.0"}
+
+
+def test_expected_packages_prove_the_environment_in_the_same_run(run, locked):
+    root, pins = locked
+    rc, out = run({"venv": str(root), "expected_packages": pins})
+    assert rc == 0, out["msg"]
+    assert out["pristine"] is True and out["environment_check"]["matches"] is True
+    assert out["environment_check"]["unaccepted"] == []
+    fingerprint = out["environment_check"]["fingerprint"]
+    rc, out = run({"venv": str(root), "expected_packages": pins, "expected_fingerprint": fingerprint})
+    assert rc == 0 and out["environment_check"]["matches"] is True
+    # without expected_packages: no environment check
+    rc, out = run({"venv": str(root)})
+    assert rc == 0 and out["environment_check"] is None
+
+
+def test_an_environment_that_is_not_the_lock_fails_naming_the_difference(run, locked):
+    root, pins = locked
+    rc, out = run({"venv": str(root), "expected_packages": dict(pins, lark="1.2.2")})
+    assert rc == 1
+    assert out["msg"].startswith("vllm 0.33.0 is pristine, but the environment (")
+    assert "is not the expected one: lark is 1.3.1, expected 1.2.2" in out["msg"]
+    assert out["msg"].endswith("(fail_on_drift is true; set it to false to only report.)")
+    assert out["environment_check"]["matches"] is False
+    rc, out = run({"venv": str(root), "expected_packages": dict(pins, lark="1.2.2"), "fail_on_drift": False})
+    assert rc == 0 and out["environment_check"]["matches"] is False
+
+
+def test_a_package_not_pristine_fails_unless_accepted(run, locked):
+    root, pins = locked
+    fp.edit(os.path.join(fp.site_of(root), "pynvvideocodec", "__init__.py"), b"P = 1", b"P = 2")
+    rc, out = run({"venv": str(root), "expected_packages": pins})
+    assert rc == 1 and "has 1 distribution that is not pristine: pynvvideocodec 2.0.0" in out["msg"], out["msg"]
+    assert out["pristine"] is True  # vLLM itself is
+    rc, out = run({"venv": str(root), "expected_packages": pins, "accept_not_pristine": ["PyNvVideoCodec"]})
+    assert rc == 0, out["msg"]
+
+
+def test_a_bad_expected_fingerprint_is_refused(run, locked):
+    root, pins = locked
+    rc, out = run({"venv": str(root), "expected_packages": pins, "expected_fingerprint": "sha256:xyz"})
+    assert rc == 1 and "expected_fingerprint must be sha256: and 64 hexadecimal digits" in out["msg"]
+    rc, out = run({"venv": str(root), "expected_fingerprint": "sha256:" + "0" * 64})
+    assert rc == 1 and "expected_fingerprint goes with expected_packages" in out["msg"]
+
+
+def test_a_package_that_drifted_fails_before_the_environment_is_read(run, locked, monkeypatch):
+    root, pins = locked
+    fp.edit(os.path.join(fp.site_of(root), "vllm", "__init__.py"), b"X = 1", b"X = 2")
+
+    def not_now(**kwargs):
+        raise AssertionError("the environment was read although vLLM itself failed")
+    monkeypatch.setattr(package_integrity, "check_environment", not_now)
+    rc, out = run({"venv": str(root), "expected_packages": pins})
+    assert rc == 1 and out["pristine"] is False and out["environment_check"] is None
+    assert "vllm/__init__.py" in out["msg"] and "fail_on_drift is true" in out["msg"]
