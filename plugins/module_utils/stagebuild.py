@@ -43,13 +43,12 @@ import shutil
 import stat
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, diskspace, lockfile, pkgnames
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, diskspace, lockfile, pkgnames, uvcli
 from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
     check_environment, mismatch_message, not_pristine_message)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check_installed
 from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown, valid_text, value_problems
-from ansible_collections.gpufleet.vllm.plugins.module_utils.uvcli import without_credentials
 
 #: what the new environment's interpreter says of itself (isolated, no site hooks): Python X.Y, machine, C library
 PROBE_CODE = ("import json, os, platform, sys; "
@@ -95,7 +94,7 @@ class StageFailed(Exception):
 
 
 def _lines_of(text, limit=ERROR_LINES):
-    lines = [without_credentials(ln.strip()) for ln in valid_text(text or "").splitlines() if ln.strip()]
+    lines = [uvcli.without_credentials(ln.strip()) for ln in valid_text(text or "").splitlines() if ln.strip()]
     return lines[-limit:]
 
 
@@ -160,15 +159,12 @@ def _global_args(p):
 
 
 def _source_args(p, locked):
-    argv = ["--index-url", p["index_url"]] if p["index_url"] else []
-    argv += ["--extra-index-url=%s" % url for url in p["extra_index_urls"]]
-    argv += ["--find-links=%s" % link for link in p["find_links"]]
-    argv += ["--no-index"] if p["no_index"] else []
-    if not locked:
-        argv += ["--prerelease", p["prerelease"]] if p["prerelease"] else []
+    # (a lock decides every version and holds every dependency: no pre-release rule, no --no-deps)
+    argv = uvcli.source_args(index_url=p["index_url"], extra_index_urls=p["extra_index_urls"],
+                             find_links=p["find_links"], no_index=p["no_index"],
+                             prerelease="" if locked else p["prerelease"])
     argv += ["--torch-backend", p["torch_backend"]] if p["torch_backend"] else []
-    if not locked:
-        argv += ["--no-deps"] if p["no_deps"] else []
+    argv += ["--no-deps"] if p["no_deps"] and not locked else []
     return argv
 
 
@@ -298,9 +294,10 @@ class _Build(object):
         rc, out, err = self.run(argv, timeout or self.p["timeout"], uv_environment(self.p))
         self.done(step, started, rc=rc)
         if rc != 0:
-            lines = _lines_of(err) or _lines_of(out) or [without_credentials(bounded.command_failure(argv, rc, err))]
+            lines = _lines_of(err) or _lines_of(out) or [
+                uvcli.without_credentials(bounded.command_failure(argv, rc, err))]
             if bounded.timed_out(rc, err) or bounded.not_started(rc, err):
-                lines = [without_credentials(err.strip())]
+                lines = [uvcli.without_credentials(err.strip())]
             hint = ""
             if HASH_MISMATCH.search(err or ""):
                 hint = ("the index serves a wheel whose sha256 is not the one the lock names (a tampered mirror, or a "
@@ -320,12 +317,8 @@ def _read_marker(env):
 
 
 def _remove(path):
-    """Remove PATH (the new environment): a link or a file itself, a directory with what it holds."""
-    info = os.lstat(path)
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
+    """Remove PATH, the new environment's directory (checked to be this run's), with what it holds."""
+    shutil.rmtree(path)
 
 
 def _room(b):
@@ -410,7 +403,7 @@ def build(p, run=None, check_mode=False, clock=time.monotonic):
 
 def _shown(commands):
     """The commands as the result shows them: any credentials in a URL left out."""
-    return [[without_credentials(str(word)) for word in argv] for _step, argv in commands]
+    return [[uvcli.without_credentials(str(word)) for word in argv] for _step, argv in commands]
 
 
 def _run_steps(b, commands, parsed):
