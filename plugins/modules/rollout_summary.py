@@ -75,7 +75,8 @@ check_mode:
 lines:
   description:
     - The report's path, the batches, the load balancer's sentence (when a host restarted), then one line per host (as
-      P(gpufleet.vllm.rollout_line#filter) writes it).
+      P(gpufleet.vllm.rollout_line#filter) writes it, without a failed host's failure: the run printed that where the
+      host failed, and C(summary.md) has it in full).
   returned: always
   type: list
   elements: str
@@ -92,12 +93,13 @@ skipped_hosts:
   elements: str
 host_failures:
   description:
-    - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run
-      (its failure or why it was skipped, and where the summary is).
+    - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run: for a
+      failed host, whether it was rolled back and where to read why (the run printed its failure where it happened,
+      and C(summary.md) has it), for a skipped host why it was skipped.
   returned: always
   type: dict
-  sample: {"gpu-node-2": "gpu-node-2 failed: Stop, switch, start and wait until ready, in one step: ... (see
-    ./gpufleet-reports/rollout-20261206T101500Z/summary.md)."}
+  sample: {"gpu-node-2": "gpu-node-2 failed and was rolled back: why is printed above, where it failed, and in
+    ./gpufleet-reports/rollout-20261206T101500Z/summary.md."}
 files:
   description: The files written (none in check mode).
   returned: always
@@ -133,7 +135,8 @@ def main():
              'batches: %s' % (rollout_report.batches_line(batches) or 'none')]
     if rollout_report.balancer_line(rows):
         lines.append(rollout_report.balancer_line(rows))
-    lines.extend(rollout_report.host_line(row) for row in rows)
+    # (without the failures' words: the run printed each where its host failed; summary.md has them in full)
+    lines.extend(rollout_report.host_line(row, with_failure=False) for row in rows)
     files = []
     if not module.check_mode:
         try:

@@ -122,9 +122,9 @@ def write(path, text, mode=0o644):
     os.chmod(path, mode)
 
 
-def playbook_run(tmp, playbook, env=None, hosts=HOSTS):
+def playbook_run(tmp, playbook, env=None, hosts=HOSTS, group="fleet", args=()):
     """ansible-playbook with the phases callback in tmp: (return code, stdout, stderr)."""
-    inventory = "[fleet]\n" + "".join("%s ansible_connection=local\n" % host for host in hosts)
+    inventory = "[%s]\n" % group + "".join("%s ansible_connection=local\n" % host for host in hosts)
     inventory += "[spare]\ngpu-node-9 ansible_connection=ssh ansible_ssh_executable=%s\n" % os.path.join(tmp, "no-ssh")
     write(os.path.join(tmp, "hosts"), inventory)
     write(os.path.join(tmp, "no-ssh"), NO_SSH, 0o755)
@@ -135,7 +135,7 @@ def playbook_run(tmp, playbook, env=None, hosts=HOSTS):
                    ANSIBLE_DEPRECATION_WARNINGS="1")
     run_env.update(env or {})
     proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", os.path.join(tmp, "hosts"),
-                           "-e", "ansible_python_interpreter=" + sys.executable, os.path.join(tmp, "play.yml")],
+                           "-e", "ansible_python_interpreter=" + sys.executable] + list(args) + [os.path.join(tmp, "play.yml")],
                           cwd=tmp, env=run_env, capture_output=True, text=True, timeout=120, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""A host's failure on the terminal once, in words; a check-mode change reads "would change".
+
+The rollout's own pieces, through the phases callback: the benchmark role's
+gate task (taken from roles/benchmark/tasks/run.yml) fails on one host inside
+the rollout's block, the rescue is playbooks/tasks/rollback_host.yml, and the
+Summary play is the one of playbooks/rollout.yml (the summary module, its
+lines, the failure of each failed host). The gate's sentence must reach the
+terminal once, where the gate failed, starting with what failed, never after
+a task's name.
+"""
+
+import os
+import re
+
+import yaml
+
+from test_phases import REPO, playbook_run, write  # pylint: disable=import-error
+
+HOSTS = ("gpu-node-1", "gpu-node-2")
+GATE_TASK = "Report what was measured, failing on a failed sweep or a regression"
+VERDICT = ("single stream: 20.1 tok/s is 75.5% below the baseline 82.0 tok/s (the limit is 10%); peak: 2276.0 tok/s, "
+           "within 10% of the baseline")
+
+
+def _gate_task():
+    with open(os.path.join(REPO, "roles", "benchmark", "tasks", "run.yml"), encoding="utf-8") as handle:
+        tasks = yaml.safe_load(handle)
+    return next(task for task in tasks if task.get("name") == GATE_TASK)
+
+
+def _summary_play():
+    with open(os.path.join(REPO, "playbooks", "rollout.yml"), encoding="utf-8") as handle:
+        plays = yaml.safe_load(handle)
+    return next(play for play in plays if play.get("name") == "Summary")
+
+
+def _rollout_play(reports):
+    return {
+        "name": "Roll out, batch by batch",
+        "hosts": "vllm_fleet",
+        "gather_facts": False,
+        "serial": 1,
+        "tasks": [
+            {"name": "Start the notes afresh (as the pre-flight does)",
+             "ansible.builtin.set_fact": {
+                 "gpufleet_report_dir": reports, "rollout_needs": [], "rollout_batch": [], "rollout_cutover": {},
+                 "rollout_reached": {}, "rollout_integrity": {}, "rollout_failed": False, "rollout_failure": "",
+                 "rollout_skipped": ""}},
+            {"name": "Note the batch this host goes in",
+             "ansible.builtin.set_fact": {"rollout_batch": "{{ ansible_play_batch }}"}},
+            {"name": "Roll out this host",
+             "block": [{"name": "Benchmark", "ansible.builtin.include_role": {"name": "benchmark"}}],
+             "rescue": [{"name": "Roll this host back onto the build it served before",
+                         "ansible.builtin.import_tasks": os.path.join(REPO, "playbooks", "tasks", "rollback_host.yml")}]},
+        ],
+    }
+
+
+# what the benchmark role holds when its gate runs (a regression on gpu-node-2, none on gpu-node-1)
+GATE_VARS = """---
+__benchmark_check_mode: false
+benchmark_mode: gate
+benchmark_on_regression: fail
+benchmark_model: kimi-k2.5
+benchmark_run: 20261207T100000Z
+benchmark_report: false
+benchmark_local_dir: "{reports}/benchmark/{{{{ inventory_hostname }}}}"
+benchmark_report_result: {{}}
+benchmark_result:
+  status: "{{{{ 'regressed' if inventory_hostname == 'gpu-node-2' else 'ok' }}}}"
+  quantization: int4
+  reused: false
+  single_stream_tok_s: "{{{{ 20.1 if inventory_hostname == 'gpu-node-2' else 82.3 }}}}"
+  peak_tok_s: 2276.0
+  peak_concurrency: 64
+  verdict:
+    regressed: "{{{{ inventory_hostname == 'gpu-node-2' }}}}"
+    message: "{{{{ '{verdict}' if inventory_hostname == 'gpu-node-2' else 'within 10% of the baselines' }}}}"
+"""
+
+
+def test_a_failed_gate_is_printed_once_starting_with_what_failed(tmp_path):
+    tmp = str(tmp_path)
+    reports = os.path.join(tmp, "reports", "rollout-20261207T100000Z")
+    write(os.path.join(tmp, "roles", "benchmark", "tasks", "main.yml"), yaml.safe_dump([_gate_task()], sort_keys=False))
+    write(os.path.join(tmp, "roles", "benchmark", "vars", "main.yml"), GATE_VARS.format(reports=reports, verdict=VERDICT))
+    playbook = yaml.safe_dump([_rollout_play(reports), _summary_play()], sort_keys=False)
+    rc, out, err = playbook_run(tmp, playbook, hosts=HOSTS, group="vllm_fleet")
+    assert rc != 0, out + err
+    assert os.path.isfile(os.path.join(reports, "summary.md")), out + err
+    lines = out.splitlines()
+
+    # once, at the gate, with the block's rescue named; the message's first words say what failed
+    sentence = "Benchmark regression on gpu-node-2: %s" % VERDICT
+    assert out.count(VERDICT) == 1, out
+    head = 'FAILED (rescued by "Roll out this host") gpu-node-2 | benchmark | %s' % GATE_TASK
+    assert head in lines, out
+    assert lines[lines.index(head) + 1].startswith("  msg: %s" % sentence), out
+    # a task's name is never a message's prefix
+    assert "%s:" % GATE_TASK not in out, out
+    assert "Roll out this host:" not in out, out
+
+    # the host's line after its rollback, the summary's line and the run's failure of the host: what happened
+    # and where to read why, not the sentence again
+    # (nothing was stopped here, so nothing was rolled back: the old build still serves)
+    assert "gpu-node-2 | Roll out, batch by batch | Say what happened to this host: gpu-node-2: FAILED" in lines, out
+    assert "  gpu-node-2: FAILED" in lines, out
+    fail = "FAILED gpu-node-2 | Summary | Fail the run for each host that failed or was skipped"
+    assert fail in lines, out
+    msg = lines[lines.index(fail) + 1]
+    assert msg == "  msg: gpu-node-2 failed: why is printed above, where it failed, and in %s." % (
+        os.path.join(reports, "summary.md")), out
+    assert not any(line.startswith("FAILED gpu-node-1") for line in lines), out
+    # the summary file keeps the sentence in full, once per failed host
+    with open(os.path.join(reports, "summary.md"), encoding="utf-8") as handle:
+        summary = handle.read()
+    assert summary.count(VERDICT) == 1, summary
+    assert "**gpu-node-2**: %s" % sentence in summary, summary
+    assert "(failed task: %s)" % GATE_TASK in summary, summary
