@@ -75,8 +75,8 @@ check_mode:
 lines:
   description:
     - The report's path, the batches, the load balancer's sentence (when a host restarted), then one line per host (as
-      P(gpufleet.vllm.rollout_line#filter) writes it, without a failed host's failure: the run printed that where the
-      host failed, and C(summary.md) has it in full).
+      P(gpufleet.vllm.rollout_line#filter) writes it) without a failed host's failure, which the run printed where the
+      host failed and C(summary.md) has in full.
   returned: always
   type: list
   elements: str
@@ -93,9 +93,9 @@ skipped_hosts:
   elements: str
 host_failures:
   description:
-    - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run: for a
+    - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run. For a
       failed host, whether it was rolled back and where to read why (the run printed its failure where it happened,
-      and C(summary.md) has it), for a skipped host why it was skipped.
+      and C(summary.md) has it); for a skipped host, why it was skipped.
   returned: always
   type: dict
   sample: {"gpu-node-2": "gpu-node-2 failed and was rolled back: why is printed above, where it failed, and in
