@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Time and memory of env_fingerprint's check, in-process, on real environments.
+"""Time and memory of env_fingerprint_info's check, in-process, on real environments.
 
     python benchmarks/bench_env_fingerprint.py [--venv DIR ...] [--repeat N] [--sha256sum]
 
@@ -128,7 +128,7 @@ def measure(label, venv, repeat, with_sha256sum):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Time and memory of env_fingerprint's check, in-process.")
+    parser = argparse.ArgumentParser(description="Time and memory of env_fingerprint_info's check, in-process.")
     parser.add_argument("--venv", action="append", help="an environment to measure (repeatable)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sha256sum", action="store_true")

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Speed and memory of package_integrity on the real vLLM tree: as a task, and in-process.
+"""Speed and memory of package_integrity_info on the real vLLM tree: as a task, and in-process.
 
     python benchmarks/bench_package_integrity.py [--venv DIR] [--repeat N] [--workers N] [--no-sha256sum] [--strict]
 
@@ -13,16 +13,16 @@ Without --venv it installs the vLLM wheel from the wheelhouse
 
 What an operator runs is the module as a task: one ansible-playbook run on
 localhost (connection local, this interpreter) with --repeat pairs of an
-``ansible.builtin.ping`` task and a ``gpufleet.vllm.package_integrity`` task
+``ansible.builtin.ping`` task and a ``gpufleet.vllm.package_integrity_info`` task
 with the module's defaults (only ``venv`` given), after one warm-up task of
 each.  Each task's time is taken from the ansible.posix.json callback (task
 start to end on the controller: AnsiballZ, the module's start and imports,
 the check, the result).  ``sha256sum`` over the same files runs in the
 same run (twice before the playbook, once after); the best of each is
 compared (other work on the machine only adds time).  The target is issue
-15's measure: what the package_integrity task takes beyond a ping task (what
+15's measure: what the package_integrity_info task takes beyond a ping task (what
 any module task costs here), best against best, and also as the median of
-the differences of adjacent ping / package_integrity pairs; the whole task,
+the differences of adjacent ping / package_integrity_info pairs; the whole task,
 nothing subtracted, against ``sha256sum`` is printed beside it.  Printed side by side with the
 targets of issues 3 and 15:
 
@@ -142,10 +142,10 @@ def sha256sum_seconds(files):
 
 
 def playbook(repeat):
-    """A ping task and a package_integrity task (module defaults, venv only) --repeat times, after a warm-up."""
-    integrity = ("  - name: integrity %s\n    gpufleet.vllm.package_integrity:\n"
+    """A ping task and a package_integrity_info task (module defaults, venv only) --repeat times, after a warm-up."""
+    integrity = ("  - name: integrity %s\n    gpufleet.vllm.package_integrity_info:\n"
                  "      venv: \"{{ bench_venv }}\"\n")
-    lines = ["- name: package_integrity as a task, beside ping\n  hosts: all\n  gather_facts: false\n  tasks:\n",
+    lines = ["- name: package_integrity_info as a task, beside ping\n  hosts: all\n  gather_facts: false\n  tasks:\n",
              integrity % "warm-up", "  - name: ping warm-up\n    ansible.builtin.ping:\n"]
     for number in range(repeat):
         lines.append("  - name: ping %d\n    ansible.builtin.ping:\n" % number)
@@ -252,7 +252,7 @@ def main():
         print("%-40s %7.3f s   median %.3f s (reference: what any task costs here)" % (
             "ping task, best of %d" % len(pings), min(pings), median(pings)))
         print("%-40s %7.3f s   median %.3f s; the module's own elapsed %.3f s best" % (
-            "package_integrity task, best of %d" % len(tasks), min(tasks), median(tasks), min(elapsed)))
+            "package_integrity_info task, best of %d" % len(tasks), min(tasks), median(tasks), min(elapsed)))
         beyond = min(tasks) - min(pings)
         pairs = median([t - p for p, t in zip(pings, tasks)])
         print("%-40s %7.3f s   median of the %d pairs %.3f s" % (

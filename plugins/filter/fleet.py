@@ -21,7 +21,7 @@ def kv_cache_policy(strip, force=False):
 def disk_checks(checks, model_dirs=(), model_min_free_mib=0, staging=None):
     """fleet_disk_checks with one entry per model directory of fleet_model_dirs (MODEL_MIN_FREE_MIB each), and
     STAGING (the staged environment's room: its path, min_free_mib and purpose, such as the reinstall pre-flight's
-    free_space result; empty for none): the paths option of free_space."""
+    free_space_info result; empty for none): the paths option of free_space_info."""
     if not isinstance(checks, (list, tuple)) or not all(isinstance(c, dict) for c in checks):
         raise AnsibleFilterError("fleet_disk_checks must be a list of {path, min_free_mib, purpose}, got %r" % (checks,))
     if not isinstance(model_dirs, (list, tuple)):

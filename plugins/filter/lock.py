@@ -153,7 +153,7 @@ def lock_target(hosts, hostvars, python_version="", python_platform="", probe="r
 
 
 def lock_dependency_diff(environment, info, limit=20):
-    """What a host's environment (an env_fingerprint result, or its distributions) changes into when it
+    """What a host's environment (an env_fingerprint_info result, or its distributions) changes into when it
     installs the lock of INFO: lockfile.dependency_diff plus ``lines`` (at most LIMIT short lines)."""
     if not isinstance(info, dict) or not info.get("pins"):
         return {}
@@ -170,7 +170,7 @@ def _output(result):
 
 def lock_fetch(text, dry_run=None, current=None, reinstall=None):
     """Which wheels of the lock TEXT ``uv pip sync`` installs into an existing environment (lockfile.fetch_names:
-    DRY_RUN, the result of its dry run, CURRENT, env_fingerprint's result against the lock, REINSTALL, uv's reinstall
+    DRY_RUN, the result of its dry run, CURRENT, env_fingerprint_info's result against the lock, REINSTALL, uv's reinstall
     options): {names, count, requirements} (the requirements file of those pins with the lock's hashes)."""
     try:
         parsed = lockfile.parse_lock(text)

@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import Pla
 
 
 def reinstall_unaccepted(fingerprint, accepted=None):
-    """The distributions an env_fingerprint result names as not pristine, but the ACCEPTED ones
+    """The distributions an env_fingerprint_info result names as not pristine, but the ACCEPTED ones
     (fleet_accepted_not_pristine); ['(N more than listed)'] when it did not list them all."""
     return unaccepted(fingerprint, accepted)
 

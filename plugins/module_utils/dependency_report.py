@@ -8,7 +8,7 @@ One implementation of the diff: lockfile.dependency_diff compares two
 package sets ({name: {version, source}}) and lockfile.diff_lines says it in
 short lines (``lark 1.2.2 -> 1.3.1``, ``+ gguf 0.19.0``, ``- foo 1.0``,
 ``gguf: git+...@abc -> index``). This module makes those sets from what the
-hosts and the lock give (env_fingerprint's distributions, a lock's pins),
+hosts and the lock give (env_fingerprint_info's distributions, a lock's pins),
 and, for the audit, picks the reference a host is compared with (the fleet
 lock when one is given, else the package set most hosts hold) and writes
 the Markdown section. Pure functions; every text of a host is escaped or in
@@ -34,7 +34,7 @@ REASON_MAX = 200
 
 
 def installed(environment):
-    """{name: {version, source}} of an env_fingerprint result (its ``distributions``), of that list, or of such a
+    """{name: {version, source}} of an env_fingerprint_info result (its ``distributions``), of that list, or of such a
     dict given as it is."""
     if isinstance(environment, dict) and "distributions" in environment:
         environment = environment.get("distributions")

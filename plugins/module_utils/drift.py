@@ -323,7 +323,7 @@ HEALTH_LINES = 12
 def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_root="/proc"):
     """The GPUs' health (gpuhealth.check_bounded) with THRESHOLDS (defaults filled in), the MAIN_PIDS (the units'
     MainPIDs) and their descendants allowed on the GPUs; the same pynvml as read_gpus. Adds ``pynvml_from``; ``problems`` as the
-    gpu_health module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
+    gpu_health_info module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
     effective = gpuhealth.effective_thresholds(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
     try:
         pynvml, where = load_pynvml_venvs(venvs)
@@ -340,7 +340,7 @@ def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_r
     if not result.get("nvml_available"):
         lines = [_clip(result.get("summary") or "GPU health unknown", 600)]
     if len(lines) > HEALTH_LINES:
-        lines = lines[:HEALTH_LINES - 1] + ["and %d more (see the gpu_health module's result)" % (
+        lines = lines[:HEALTH_LINES - 1] + ["and %d more (see the gpu_health_info module's result)" % (
             len(lines) - HEALTH_LINES + 1)]
     result["lines"] = [_clip(line, 600) for line in lines]
     return result

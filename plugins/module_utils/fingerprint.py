@@ -615,7 +615,7 @@ def fingerprint_environment(environment, verify=True, expected=None, expected_fi
 
 def check_environment(python=None, venv=None, site_packages=None, python_timeout=PROBE_TIMEOUT, verify=True,
                       expected=None, expected_fingerprint=None, accept_not_pristine=(), max_list=50, timeout=None):
-    """The check of the module env_fingerprint (and of the decision of vllm_envs): ``expected`` checked first, the
+    """The check of the module env_fingerprint_info (and of the decision of vllm_envs): ``expected`` checked first, the
     environment located from exactly one of ``python``, ``venv``, ``site_packages`` (an interpreter stopped after
     ``python_timeout`` seconds), then :func:`fingerprint_environment` within ``timeout`` seconds.  With
     ``verify``, ``unaccepted`` names every distribution that is not pristine but those of ``accept_not_pristine``

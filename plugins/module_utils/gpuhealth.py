@@ -12,7 +12,7 @@ the card or driver does not have (``NVML_ERROR_NOT_SUPPORTED``,
 the GPU's ``unknown`` list, never a failure.  Any other NVML error on a GPU
 (lost, no permission) makes that GPU's ``error``, which is a problem.
 
-Public API (used by the ``gpu_health`` module):
+Public API (used by the ``gpu_health_info`` module):
 
 * :func:`thresholds_argument_spec`, :data:`DEFAULT_THRESHOLDS`,
   :func:`validate_thresholds` (sentences, empty when valid) and
@@ -76,7 +76,7 @@ FIELDS = ("ecc_mode", "ecc_errors", "ecc_errors_aggregate", "retired_pages", "re
 
 
 def thresholds_argument_spec():
-    """The ``thresholds`` option of the gpu_health module (its defaults: DEFAULT_THRESHOLDS)."""
+    """The ``thresholds`` option of the gpu_health_info module (its defaults: DEFAULT_THRESHOLDS)."""
     d = DEFAULT_THRESHOLDS
     return dict(
         type="dict",
@@ -494,7 +494,7 @@ def unavailable(thresholds, exc):
 
 
 def check(thresholds, allowed=None, pynvml=None):
-    """Read and judge every GPU; the result dict of the gpu_health module (THRESHOLDS effective)."""
+    """Read and judge every GPU; the result dict of the gpu_health_info module (THRESHOLDS effective)."""
     result = _empty_result(thresholds)
     try:
         with nvml.NvmlSession(pynvml) as session:

@@ -57,7 +57,7 @@ This module is the orchestration; each concern has its own module:
 Public API, used by the module, the ``reinstall`` role and the ``audit``
 playbook: :func:`verify` (the whole check, returns the module's result
 dict), :func:`check_installed` (the environment located, then verify, as the
-modules package_integrity and vllm_envs run it), :func:`drift_summary` (its
+modules package_integrity_info and vllm_envs run it), :func:`drift_summary` (its
 one sentence), :data:`CLASSES` and :data:`DRIFT_CLASSES`.
 """
 
@@ -587,7 +587,7 @@ def _check_startup_hooks(environment, real_site, recorded, owners, check, rescan
 
 def check_installed(dist_name="vllm", python=None, venv=None, site_packages=None, python_timeout=PROBE_TIMEOUT,
                     timeout=None, **options):
-    """The check of the module package_integrity (and of the decision of vllm_envs): the environment located from
+    """The check of the module package_integrity_info (and of the decision of vllm_envs): the environment located from
     exactly one of ``python``, ``venv``, ``site_packages`` (an interpreter stopped after ``python_timeout``
     seconds), then :func:`verify` with ``options`` (wheel, patterns, uv_cache_dirs, max_list, diff_max_bytes)
     within ``timeout`` seconds.  The result has ``changed`` false and ``version_matches`` null (the module compares

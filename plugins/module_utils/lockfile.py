@@ -568,7 +568,7 @@ def _reinstalled(args):
 def fetch_names(parsed, planned=(), current=None, reinstall=()):
     """The canonical names of the pins of PARSED (:func:`parse_lock`) that ``uv pip sync`` of the lock installs into
     an existing environment, sorted: those PLANNED (:func:`planned_installs` of its dry run), those CURRENT (an
-    ``env_fingerprint`` result against the lock: its ``missing`` and ``different``) does not hold at the lock's
+    ``env_fingerprint_info`` result against the lock: its ``missing`` and ``different``) does not hold at the lock's
     version, and those REINSTALL (uv's reinstall options) names, every pin with ``--reinstall``. A name the lock does
     not pin is not among them (the install takes nothing else)."""
     pins = parsed["packages"]

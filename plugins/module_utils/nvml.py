@@ -10,7 +10,7 @@ never through ``nvidia-smi`` output.  ``pynvml`` is imported only when NVML is
 first used (:func:`import_pynvml`), so the modules that import this file load
 on hosts without it and fail with a sentence that says what to install.
 
-Public API (used by the ``nvml_vram`` module and by roles through it):
+Public API (used by the ``nvml_vram_info`` module and by roles through it):
 
 * :func:`collect` -- one call that opens NVML, reads every GPU, checks an
   expectation (polling until it holds or a timeout passes) and returns a

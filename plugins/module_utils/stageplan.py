@@ -17,8 +17,8 @@ Public API:
   else, or force).
 * :func:`check_and_plan` -- the checks the rule needs, each only when the
   rule reads it, then the rule; the checks are given as callables (the
-  module passes package_integrity's and env_fingerprint's).
-* :func:`unaccepted` -- the not-pristine distributions of an env_fingerprint
+  module passes package_integrity_info's and env_fingerprint_info's).
+* :func:`unaccepted` -- the not-pristine distributions of an env_fingerprint_info
   result but the accepted ones.
 * :class:`PlanError` -- a value the rule cannot decide from (the operator's sentence).
 """
@@ -45,20 +45,20 @@ def could_not_check(msg):
 
 
 def pristine_at(check, version):
-    """A package_integrity result says: pristine, at this version (a skipped or missing check says no)."""
+    """A package_integrity_info result says: pristine, at this version (a skipped or missing check says no)."""
     if not isinstance(check, dict) or check.get("skipped"):
         return False
-    # (PEP 440 forms, as package_integrity's version option compares them)
+    # (PEP 440 forms, as package_integrity_info's version option compares them)
     return check.get("pristine") is True and same_version(check.get("version"), version)
 
 
 def unaccepted(fingerprint, accepted=None):
-    """The distributions an env_fingerprint result names as not pristine, but the ACCEPTED ones
+    """The distributions an env_fingerprint_info result names as not pristine, but the ACCEPTED ones
     (fleet_accepted_not_pristine); ['(N more than listed)'] when it did not list them all."""
     if not isinstance(fingerprint, dict):
         return []
     if isinstance(fingerprint.get("unaccepted"), list):
-        # (env_fingerprint named every one that is not pristine, beyond max_list)
+        # (env_fingerprint_info named every one that is not pristine, beyond max_list)
         return not_accepted(fingerprint["unaccepted"], accepted)
     listed = fingerprint.get("not_pristine") or []
     more = (fingerprint.get("not_pristine_total") or 0) - len(listed)
@@ -67,7 +67,7 @@ def unaccepted(fingerprint, accepted=None):
 
 
 def is_the_lock(fingerprint, accepted=()):
-    """An env_fingerprint result says: exactly the lock's packages, every one pristine but the ACCEPTED ones (a
+    """An env_fingerprint_info result says: exactly the lock's packages, every one pristine but the ACCEPTED ones (a
     skipped or missing check says no)."""
     if not isinstance(fingerprint, dict) or fingerprint.get("skipped"):
         return False
@@ -82,7 +82,7 @@ def plan(current_check, target_version, force=False, current_env="", reuse_check
     reuse: an environment staged earlier is (and force is off)
     build: anything else, into new_env
     With locked, "the pristine target" also means: exactly the lock's packages, each pristine but the ACCEPTED
-    ones (CURRENT_FINGERPRINT, REUSE_FINGERPRINT: env_fingerprint results against the lock).
+    ones (CURRENT_FINGERPRINT, REUSE_FINGERPRINT: env_fingerprint_info results against the lock).
     Raises PlanError without a target version, or for a force or locked that is not a bool.
     """
     if target_version is None or str(target_version).strip() == "":
@@ -104,7 +104,7 @@ def check_and_plan(target_version, integrity, fingerprint=None, force=False, cur
                    new_env="", accepted=None):
     """Check what the rule reads, each only when it reads it, then decide (as stage.yml did in five tasks).
 
-    INTEGRITY(venv) -> a package_integrity result of the package; FINGERPRINT(venv) -> an env_fingerprint result
+    INTEGRITY(venv) -> a package_integrity_info result of the package; FINGERPRINT(venv) -> an env_fingerprint_info result
     against the lock, or None for a run without a lock. Either may return a result without pristine or matches (a
     check that could not run): that environment is not the target.
     Returns plan()'s dict with current_check, current_fingerprint, reuse_check, reuse_fingerprint (a check that

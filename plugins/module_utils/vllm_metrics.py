@@ -19,7 +19,7 @@ vLLM (``vllm/v1/metrics/loggers.py``) labels every series with
 ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` over the
 engines of the chosen model (all models when none is chosen).
 
-Public API (used by the ``vllm_metrics`` module):
+Public API (used by the ``vllm_metrics_info`` module):
 
 * :func:`metrics_url` -- the checked URL as (base, path); ValueError with a
   sentence (never the credentials) for one that cannot be used.

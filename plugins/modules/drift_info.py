@@ -18,14 +18,14 @@ description:
   - B(Environment.) The environment the service runs is the target of O(venv_link), the link that the C(reinstall)
     role switches. While that link does not exist, it is O(venv), the venv the operators set up by hand.
   - B(Integrity and build.) That environment's vLLM is checked against the sha256 hashes of its RECORD, with the
-    same code as M(gpufleet.vllm.package_integrity). The build is the installed version.
+    same code as M(gpufleet.vllm.package_integrity_info). The build is the installed version.
   - B(SM120 model configs.) The edits that the C(sm120_config) role would make to the model directories are
     planned, and the keys still present are counted. The plan uses the same code as M(gpufleet.vllm.model_config),
     and nothing is written.
   - B(Debug dumps.) The files that the C(debug_artifacts) role would remove are counted, with their bytes. The scan
     uses the same code as M(gpufleet.vllm.remove_artifacts), and nothing is removed.
   - B(Unit.) The unit's state is read from C(systemctl show).
-  - B(GPUs.) The GPUs are read through NVML, with the same code as M(gpufleet.vllm.nvml_vram). An optional
+  - B(GPUs.) The GPUs are read through NVML, with the same code as M(gpufleet.vllm.nvml_vram_info). An optional
     expectation (O(expect)) can be checked.
   - B(Diffs.) With O(wheel_dirs), each modified file of the package is diffed against its copy in the wheel of the
     installed name and version, found in those directories on the host (RV(diffs)). The diffs are bounded (O(diff_max_files),
@@ -225,7 +225,7 @@ options:
     default: []
   health:
     description:
-      - If V(true), also judge the GPUs' health as M(gpufleet.vllm.gpu_health) does (uncorrected ECC errors, pages or
+      - If V(true), also judge the GPUs' health as M(gpufleet.vllm.gpu_health_info) does (uncorrected ECC errors, pages or
         rows waiting for a reset, throttling, temperature, PCIe link below the card's maximum, persistence mode,
         processes on the GPUs other than the O(unit)'s C(MainPID) and its descendants), with the same code.
       - A host that is not healthy has the drift class V(health), and RV(row.health_problems) says why. Health that
@@ -234,8 +234,8 @@ options:
     default: false
   health_thresholds:
     description:
-      - The limits of O(health), with the keys and defaults of the O(gpufleet.vllm.gpu_health#module:thresholds)
-        option of M(gpufleet.vllm.gpu_health); a key not given keeps its default.
+      - The limits of O(health), with the keys and defaults of the O(gpufleet.vllm.gpu_health_info#module:thresholds)
+        option of M(gpufleet.vllm.gpu_health_info); a key not given keeps its default.
     type: dict
     default: {}
   wheel_dirs:
@@ -311,10 +311,10 @@ requirements:
   - nvidia-ml-py (module C(pynvml)) in the interpreter, the serving environment or one of O(nvml_venvs), for the
     GPUs. Without it the row says V(gpus) drift, and O(config_policy=auto) treats the keys as allowed.
 seealso:
-  - module: gpufleet.vllm.package_integrity
+  - module: gpufleet.vllm.package_integrity_info
   - module: gpufleet.vllm.model_config
   - module: gpufleet.vllm.remove_artifacts
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
 author: gpufleet.vllm developers (@gpufleet)
 """
 
@@ -535,7 +535,7 @@ packages:
       type: str
 integrity:
   description:
-    - The verdict of M(gpufleet.vllm.package_integrity), cut down to its main fields.
+    - The verdict of M(gpufleet.vllm.package_integrity_info), cut down to its main fields.
     - V(null) when there is no environment to check (RV(row.integrity) says why).
   returned: always
   type: dict
@@ -672,7 +672,7 @@ unit:
   sample: {unit: vllm-kimi-k25.service, LoadState: loaded, ActiveState: active, SubState: running, MainPID: 412}
 gpus:
   description:
-    - What NVML says, as M(gpufleet.vllm.nvml_vram) returns it. The fields are C(nvml_available), C(nvml_error),
+    - What NVML says, as M(gpufleet.vllm.nvml_vram_info) returns it. The fields are C(nvml_available), C(nvml_error),
       C(driver_version), C(cuda_driver_version), C(gpu_count), C(gpus), C(summary), C(mismatches) and
       C(expectation_met).
     - C(pynvml_from) is the C(pynvml.py) that was loaded from another venv, or V(null) for the interpreter's own.
@@ -680,7 +680,7 @@ gpus:
   type: dict
 health:
   description:
-    - The GPUs' health as M(gpufleet.vllm.gpu_health) returns it, with O(health). The fields are C(healthy),
+    - The GPUs' health as M(gpufleet.vllm.gpu_health_info) returns it, with O(health). The fields are C(healthy),
       C(summary), C(problems) (a line per GPU), C(notes), C(nvml_available), C(nvml_error), C(gpu_count), C(gpus) (the readings per GPU)
       and C(thresholds) (the limits applied, defaults filled in).
     - V(null) without O(health).

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: env_fingerprint
+module: env_fingerprint_info
 short_description: Fingerprint a Python environment (every distribution, its source, its files) and compare it with a lock
 version_added: 0.1.0
 description:
@@ -20,13 +20,13 @@ description:
     holds exactly the lock's distributions, whatever the spelling (C(Typing_Extensions) and C(typing-extensions),
     C(1.0-1) and C(1.0.post1) are the same).
   - With O(verify) (the default), every file each distribution's C(RECORD) lists is checked against the size and
-    hash its installer recorded, as M(gpufleet.vllm.package_integrity) checks one distribution; a distribution is
+    hash its installer recorded, as M(gpufleet.vllm.package_integrity_info) checks one distribution; a distribution is
     pristine when every listed file matches. Scripts in the environment's C(bin/) (their first line names the
     environment's interpreter) and data files the wheel installed below the environment (C(share/), ...) are
     checked against their recorded hashes too. A file two distributions install, which matches the RECORD of the
     one installed last, is reported as overwritten by that one (a clash between the two, not an edit); the other
     one is not pristine. Files RECORD does not list are not looked for; run
-    M(gpufleet.vllm.package_integrity) on a distribution for that, and for the explanation of a changed file.
+    M(gpufleet.vllm.package_integrity_info) on a distribution for that, and for the explanation of a changed file.
   - With O(expected) (a lock's names and versions) or O(expected_fingerprint), RV(matches) says whether the
     environment holds exactly that set, and RV(missing), RV(extra) and RV(different) say how it differs.
   - Anything odd about an installed entry is reported in RV(problems) and makes that distribution not pristine; the
@@ -40,7 +40,7 @@ options:
     description:
       - The Python interpreter of the target environment, for example C(/root/ml-env/bin/python). It may differ
         from the interpreter Ansible runs this module with.
-      - It is found as M(gpufleet.vllm.package_integrity) finds it, read from the virtual environment's files when
+      - It is found as M(gpufleet.vllm.package_integrity_info) finds it, read from the virtual environment's files when
         they leave no doubt and otherwise asked once (without a shell, with C(-I -S), so none of the environment's
         start-up hooks runs), stopped after O(python_timeout) seconds.
       - Exactly one of O(python), O(venv) and O(site_packages) is required.
@@ -146,7 +146,7 @@ requirements:
   - Python 3.10 or newer on the managed host (standard library only). The target environment's interpreter may be
     any Python 3.
 seealso:
-  - module: gpufleet.vllm.package_integrity
+  - module: gpufleet.vllm.package_integrity_info
   - name: Recording installed files (RECORD)
     description: The Python Packaging Authority's specification of the RECORD file.
     link: https://packaging.python.org/en/latest/specifications/recording-installed-packages/
@@ -158,7 +158,7 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Fingerprint the serving environment
-  gpufleet.vllm.env_fingerprint:
+  gpufleet.vllm.env_fingerprint_info:
     venv: /root/ml-env
   register: vllm_env
 
@@ -167,14 +167,14 @@ EXAMPLES = r"""
     msg: "{{ vllm_env.msg }}"
 
 - name: Fail a host whose environment is not exactly the lock
-  gpufleet.vllm.env_fingerprint:
+  gpufleet.vllm.env_fingerprint_info:
     python: /root/ml-env/bin/python
     expected: "{{ vllm_lock.packages }}"
     expected_fingerprint: "{{ vllm_lock.fingerprint }}"
     fail_on_mismatch: true
 
 - name: Prove the environment is exactly the lock, every package pristine but one known to edit its own files
-  gpufleet.vllm.env_fingerprint:
+  gpufleet.vllm.env_fingerprint_info:
     venv: /opt/vllm/current
     expected: "{{ vllm_lock.packages }}"
     expected_fingerprint: "{{ vllm_lock.fingerprint }}"
@@ -183,7 +183,7 @@ EXAMPLES = r"""
     accept_not_pristine: [some-package]
 
 - name: Names and versions only (no hashing), against two pinned versions
-  gpufleet.vllm.env_fingerprint:
+  gpufleet.vllm.env_fingerprint_info:
     site_packages: /opt/venvs/serve/lib/python3.12/site-packages
     verify: false
     expected:

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: free_space
+module: free_space_info
 short_description: Free space on the filesystem that would hold a path, with an optional minimum
 version_added: 0.1.0
 description:
@@ -88,19 +88,19 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Need 20 GiB where the new vLLM environment goes
-  gpufleet.vllm.free_space:
+  gpufleet.vllm.free_space_info:
     path: /opt/vllm/envs
     min_free_mib: 20480
     purpose: a new vLLM environment
 
 - name: Room for the model, vLLM's caches and /tmp before the stop (needs on one filesystem add up)
-  gpufleet.vllm.free_space:
+  gpufleet.vllm.free_space_info:
     paths:
       - {path: /shared/kimi-k2.5, min_free_mib: 1024, purpose: the model config edits and their backups}
       - {path: /root/.cache, min_free_mib: 20480, purpose: "vLLM's compile and kernel caches"}
       - {path: /tmp, min_free_mib: 1024, purpose: temporary files}
 - name: Measure only
-  gpufleet.vllm.free_space:
+  gpufleet.vllm.free_space_info:
     path: /var/lib/models
   register: models_space
 """
@@ -197,7 +197,7 @@ def several(module):
     if module.params["timeout"] < 1:
         bad.append("timeout must be at least 1 second, got %d" % module.params["timeout"])
     if bad:
-        module.fail_json(msg="Invalid options for gpufleet.vllm.free_space: %s. Nothing was measured." % "; ".join(bad),
+        module.fail_json(msg="Invalid options for gpufleet.vllm.free_space_info: %s. Nothing was measured." % "; ".join(bad),
                          changed=False)
     checks, problems = check_paths(entries, module.params["timeout"])
     if problems:

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpu_health
+module: gpu_health_info
 short_description: Judge the health of a host's GPUs through NVML before the host is touched
 version_added: 0.1.0
 description:
@@ -164,7 +164,7 @@ requirements:
   - nvidia-ml-py (the C(pynvml) module) on the managed host.
   - The NVIDIA driver with C(libnvidia-ml.so.1).
 seealso:
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
   - name: NVML API reference
     description: The NVIDIA Management Library calls this module makes.
     link: https://docs.nvidia.com/deploy/nvml-api/
@@ -173,22 +173,22 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Refuse to touch a host with an unhealthy GPU
-  gpufleet.vllm.gpu_health:
+  gpufleet.vllm.gpu_health_info:
 
 - name: Judge the GPUs while vLLM runs (its processes allowed), without failing, for the audit
-  gpufleet.vllm.gpu_health:
+  gpufleet.vllm.gpu_health_info:
     allowed_parent_pid: "{{ vllm_unit.status.MainPID | int }}"
     fail_when_unhealthy: false
     register_facts: true
   register: health
 
 - name: Before the stop - the vLLM unit's processes and another model's server on the same GPUs are allowed
-  gpufleet.vllm.gpu_health:
+  gpufleet.vllm.gpu_health_info:
     allowed_unit: vllm-kimi-k25.service
     allowed_unit_dir: /etc/systemd/system
 
 - name: Stricter limits - 80 C, and a power cap counts as a problem
-  gpufleet.vllm.gpu_health:
+  gpufleet.vllm.gpu_health_info:
     thresholds:
       max_temperature_c: 80
       throttle_reasons: [hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown, sw_power_cap]
@@ -428,7 +428,7 @@ def main():
     if params["call_timeout"] < 1:
         problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
     if problems:
-        module.fail_json(msg="Invalid options for gpufleet.vllm.gpu_health: " + " ".join(
+        module.fail_json(msg="Invalid options for gpufleet.vllm.gpu_health_info: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
     from_units = []

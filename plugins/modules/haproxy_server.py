@@ -115,7 +115,7 @@ notes:
 requirements:
   - HAProxy 1.8 or newer with C(stats socket PATH level admin) (tested with 2.6).
 seealso:
-  - module: gpufleet.vllm.vllm_metrics
+  - module: gpufleet.vllm.vllm_metrics_info
   - module: community.general.haproxy
   - name: HAProxy management guide, the runtime API
     description: The commands this module sends.

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: nvml_vram
+module: nvml_vram_info
 short_description: Read the GPUs of a host through NVML and check count, model, compute capability and VRAM
 version_added: 0.1.0
 description:
@@ -101,11 +101,11 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Read the GPUs (facts only)
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
   register: gpus
 
 - name: Expect 8 RTX PRO 6000 Blackwell GPUs (SM120) with about 96 GiB each
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
     expect:
       count: 8
       name: RTX PRO 6000
@@ -113,7 +113,7 @@ EXAMPLES = r"""
       min_total_mib: 97000
 
 - name: Wait up to 15 minutes for the model to fill every GPU
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
     expect:
       count: 8
       min_used_mib: 90000
@@ -121,7 +121,7 @@ EXAMPLES = r"""
     interval: 10
 
 - name: After stopping the service, wait until the VRAM is free and no process holds a GPU
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
     expect:
       max_used_mib: 1024
       no_processes: true
@@ -129,13 +129,13 @@ EXAMPLES = r"""
     interval: 1
 
 - name: Check two GPUs by index and UUID only
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
     expect:
       gpus: [0, GPU-5a1d3c2e-8f4b-4e6a-9c7d-1b2e3f4a5b6c]
       max_used_mib: 1024
 
 - name: Gather GPU facts on a mixed fleet without failing where NVML is missing
-  gpufleet.vllm.nvml_vram:
+  gpufleet.vllm.nvml_vram_info:
     fail_when_unavailable: false
     register_facts: true
 
@@ -384,7 +384,7 @@ def main():
     if params["interval"] <= 0:
         problems.append("interval must be a positive number of seconds; got %s" % params["interval"])
     if problems:
-        module.fail_json(msg="Invalid options for gpufleet.vllm.nvml_vram: " + " ".join(
+        module.fail_json(msg="Invalid options for gpufleet.vllm.nvml_vram_info: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
 
     result = collect_bounded(expect=expect, timeout=params["timeout"], interval=params["interval"],

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: package_integrity
+module: package_integrity_info
 short_description: Verify an installed Python distribution (vLLM) against the hashes its installer recorded
 version_added: 0.1.0
 description:
@@ -37,7 +37,7 @@ description:
   - An editable install, an install without RECORD (C(.egg-info)) and an ambiguous one (two metadata directories)
     cannot be verified; the result says why (RV(reason)) and is never pristine.
   - With O(expected_packages), the whole environment is also checked in the same run, as
-    M(gpufleet.vllm.env_fingerprint) checks it (RV(environment_check)). It must hold exactly those distributions at
+    M(gpufleet.vllm.env_fingerprint_info) checks it (RV(environment_check)). It must hold exactly those distributions at
     those versions (and, with O(expected_fingerprint), have that fingerprint), each pristine by its own C(RECORD)
     but those of O(accept_not_pristine). A fleet's lock proved with its package in one task.
   - The module only reads. It never changes anything (C(changed=false)).
@@ -196,18 +196,18 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Verify vLLM in the serving environment, fail on any drift
-  gpufleet.vllm.package_integrity:
+  gpufleet.vllm.package_integrity_info:
     python: /root/ml-env/bin/python
 
 - name: Audit without failing, diff against the wheel from the local wheelhouse
-  gpufleet.vllm.package_integrity:
+  gpufleet.vllm.package_integrity_info:
     venv: /root/ml-env
     wheel: /srv/wheelhouse
     fail_on_drift: false
   register: vllm_integrity
 
 - name: Prove vLLM pristine and its environment exactly the fleet's lock, in one run
-  gpufleet.vllm.package_integrity:
+  gpufleet.vllm.package_integrity_info:
     venv: /opt/vllm/current
     expected_packages: "{{ lock.pins }}"
     expected_fingerprint: "{{ lock.fingerprint }}"
@@ -219,7 +219,7 @@ EXAMPLES = r"""
   when: not vllm_integrity.pristine
 
 - name: Check another distribution with the operator's own patterns
-  gpufleet.vllm.package_integrity:
+  gpufleet.vllm.package_integrity_info:
     site_packages: /opt/venvs/serve/lib/python3.12/site-packages
     name: flashinfer-python
     patterns:
@@ -399,7 +399,7 @@ shadowed:
   elements: str
 environment_check:
   description:
-    - With O(expected_packages), the M(gpufleet.vllm.env_fingerprint) result of the environment against them (the
+    - With O(expected_packages), the M(gpufleet.vllm.env_fingerprint_info) result of the environment against them (the
       keys C(matches), C(fingerprint), C(expected_fingerprint), C(different), C(missing), C(extra), C(not_pristine),
       C(not_pristine_total), C(unaccepted) and the rest); null without it.
   returned: always

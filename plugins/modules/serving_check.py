@@ -11,7 +11,7 @@ DOCUMENTATION = r"""
 ---
 module: serving_check
 short_description: Refuse a vLLM serving config whose parallelism does not fit the host's GPUs or the model
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads the serving config from the unit's own command line (O(argv), the C(ExecStart=) words) and environment
     (O(unit_environment)) - C(--tensor-parallel-size)/C(-tp), C(--pipeline-parallel-size)/C(-pp),
@@ -78,7 +78,7 @@ notes:
     same order on a host of identical GPUs.
   - A C(--config) YAML file and abbreviated option names are not read.
 seealso:
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
 author: gpufleet.vllm developers (@gpufleet)
 """
 

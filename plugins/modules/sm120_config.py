@@ -58,7 +58,7 @@ options:
     default: 16777216
   gpus:
     description:
-      - The C(gpufleet_gpus) fact gathered earlier (by M(gpufleet.vllm.nvml_vram) with C(register_facts=true)); its
+      - The C(gpufleet_gpus) fact gathered earlier (by M(gpufleet.vllm.nvml_vram_info) with C(register_facts=true)); its
         C(available), C(sm120) and C(compute_capabilities) are read. Used when the GPUs are not read by this task.
       - Left out, the GPUs are unknown until this task reads them.
     type: dict
@@ -103,7 +103,7 @@ attributes:
 notes:
   - Never runs a command. NVML is read in a thread given at most 60 seconds (less when O(timeout) leaves less); a hung
     driver reads as an NVML error.
-  - Sets the fact C(gpufleet_gpus) (as M(gpufleet.vllm.nvml_vram) with C(register_facts=true) does) when it read the
+  - Sets the fact C(gpufleet_gpus) (as M(gpufleet.vllm.nvml_vram_info) with C(register_facts=true) does) when it read the
     GPUs.
 requirements:
   - Python 3.10 or newer on the managed host.
@@ -111,7 +111,7 @@ requirements:
 seealso:
   - module: gpufleet.vllm.sm120_plan
   - module: gpufleet.vllm.model_config
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
 author: gpufleet.vllm developers (@gpufleet)
 """
 

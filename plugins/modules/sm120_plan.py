@@ -35,7 +35,7 @@ options:
     default: []
   gpus:
     description:
-      - The C(gpufleet_gpus) fact set by M(gpufleet.vllm.nvml_vram) with C(register_facts=true) (its C(available),
+      - The C(gpufleet_gpus) fact set by M(gpufleet.vllm.nvml_vram_info) with C(register_facts=true) (its C(available),
         C(sm120) and C(compute_capabilities) are read). Left out, the GPUs are unknown.
     type: dict
   host_tools_ready:
@@ -76,7 +76,7 @@ requirements:
   - Python 3.10 or newer on the managed host (standard library only).
 seealso:
   - module: gpufleet.vllm.model_config
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
   - module: gpufleet.vllm.drift_info
 author: gpufleet.vllm developers (@gpufleet)
 """

@@ -9,9 +9,9 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: torch_compat
+module: torch_compat_info
 short_description: Check that an environment's torch runs on this host's driver and GPUs, before it serves
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads what the torch of a (staged) virtual environment was built for from its files, without importing it
     (importing torch loads CUDA and may touch the GPUs the serving build still uses) - the CUDA version in
@@ -70,12 +70,12 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Check the staged build against the driver and the GPUs (before the downtime window)
-  gpufleet.vllm.torch_compat:
+  gpufleet.vllm.torch_compat_info:
     venv: "{{ reinstall_staged_env }}"
     nvml_venvs: ["{{ fleet_tools_venv }}"]
 
 - name: Report only
-  gpufleet.vllm.torch_compat:
+  gpufleet.vllm.torch_compat_info:
     venv: /opt/vllm/current
     nvml_venvs: [/opt/gpufleet/tools]
     fail_on_problem: false

@@ -15,7 +15,7 @@ version_added: 0.1.0
 description:
   - The downtime window of a vLLM host, run on the host without a round trip to the control node between its steps
     (1) C(systemctl stop) the unit;
-    (2) wait until every GPU's memory is freed and no process holds a GPU (NVML, as M(gpufleet.vllm.nvml_vram));
+    (2) wait until every GPU's memory is freed and no process holds a GPU (NVML, as M(gpufleet.vllm.nvml_vram_info));
     (3) point the environment link O(link) at O(link_target) (a new link renamed over the old one, atomic), after
     remembering the old target in O(previous_link);
     (4) C(systemctl start) the unit;
@@ -222,7 +222,7 @@ requirements:
 seealso:
   - module: gpufleet.vllm.vllm_ready
     description: The readiness gate alone.
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
     description: The GPU checks alone.
   - module: ansible.builtin.systemd_service
     description: Start, stop and restart units.

@@ -27,9 +27,9 @@ description:
     have switched), is left alone and listed in RV(left).
   - With O(decide=true), also checks, in the same call, the current environment and the one to reuse, and decides
     what the role stages (RV(action), RV(env)). V(none) when the current environment's O(package) is pristine at
-    O(target_version) (every file as its C(RECORD) says, as M(gpufleet.vllm.package_integrity) checks it) and, with
+    O(target_version) (every file as its C(RECORD) says, as M(gpufleet.vllm.package_integrity_info) checks it) and, with
     O(lock_pins), the environment holds exactly the lock's packages, each pristine but those of
-    O(accept_not_pristine) (as M(gpufleet.vllm.env_fingerprint) checks it); V(reuse) when RV(reuse) is; V(build)
+    O(accept_not_pristine) (as M(gpufleet.vllm.env_fingerprint_info) checks it); V(reuse) when RV(reuse) is; V(build)
     otherwise, or with O(force), into a new path. Each check runs only when the decision needs it; the results are
     returned in the shapes those modules return (RV(current_check), RV(current_fingerprint), RV(reuse_check),
     RV(reuse_fingerprint)). The rule is the one of the filter P(gpufleet.vllm.reinstall_plan#filter).
@@ -155,14 +155,14 @@ requirements:
 notes:
   - Removing one environment (a vLLM venv holds tens of thousands of files) takes as long as the filesystem needs; the
     listing reads at most O(max_entries) entries.
-  - "The checks of O(decide) have the bounds of M(gpufleet.vllm.package_integrity) and M(gpufleet.vllm.env_fingerprint):
+  - "The checks of O(decide) have the bounds of M(gpufleet.vllm.package_integrity_info) and M(gpufleet.vllm.env_fingerprint_info):
     nothing is run (the environment's C(lib/python*/site-packages) is read), files are hashed in 1 MiB chunks,
     C(RECORD) and the walks are bounded, and each check stops after O(check_timeout) seconds."
 seealso:
-  - module: gpufleet.vllm.package_integrity
-  - module: gpufleet.vllm.env_fingerprint
+  - module: gpufleet.vllm.package_integrity_info
+  - module: gpufleet.vllm.env_fingerprint_info
   - module: gpufleet.vllm.vllm_cutover
-  - module: gpufleet.vllm.free_space
+  - module: gpufleet.vllm.free_space_info
 author: gpufleet.vllm developers (@gpufleet)
 """
 
@@ -310,7 +310,7 @@ env:
   sample: /opt/vllm/envs/vllm-0.33.0-20261204T101500Z
 current_check:
   description:
-    - The M(gpufleet.vllm.package_integrity) result of O(package) in RV(current_env) (C(pristine), C(version),
+    - The M(gpufleet.vllm.package_integrity_info) result of O(package) in RV(current_env) (C(pristine), C(version),
       C(counts), C(files), C(uv_cache_tainted) and the rest).
     - When it did not run (no current environment), C(skipped=true) and C(skip_reason). When it could not run (the
       module would have failed), C(check_error=true) and C(msg).
@@ -318,7 +318,7 @@ current_check:
   type: dict
 current_fingerprint:
   description:
-    - The M(gpufleet.vllm.env_fingerprint) result of RV(current_env) against O(lock_pins) (C(matches),
+    - The M(gpufleet.vllm.env_fingerprint_info) result of RV(current_env) against O(lock_pins) (C(matches),
       C(not_pristine), C(not_pristine_total), C(unaccepted) naming every one not pristine, and the rest).
     - Only when there is a lock, no O(force), and RV(current_check) says O(package) is pristine at
       O(target_version); else C(skipped=true). C(check_error=true) and C(msg) when it could not run.
@@ -326,13 +326,13 @@ current_fingerprint:
   type: dict
 reuse_check:
   description:
-    - The M(gpufleet.vllm.package_integrity) result of O(package) in RV(reuse), only when there is one, no O(force),
+    - The M(gpufleet.vllm.package_integrity_info) result of O(package) in RV(reuse), only when there is one, no O(force),
       and the current environment is not the target; else C(skipped=true).
   returned: with O(decide)
   type: dict
 reuse_fingerprint:
   description:
-    - The M(gpufleet.vllm.env_fingerprint) result of RV(reuse) against O(lock_pins), only when there is a lock and
+    - The M(gpufleet.vllm.env_fingerprint_info) result of RV(reuse) against O(lock_pins), only when there is a lock and
       RV(reuse_check) says pristine; else C(skipped=true).
   returned: with O(decide)
   type: dict

@@ -9,7 +9,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: vllm_metrics
+module: vllm_metrics_info
 short_description: Read a vLLM server's Prometheus metrics and wait until no request is in flight
 version_added: 0.1.0
 description:
@@ -128,7 +128,7 @@ author: gpufleet.vllm developers (@gpufleet)
 
 EXAMPLES = r"""
 - name: Read the server's load
-  gpufleet.vllm.vllm_metrics:
+  gpufleet.vllm.vllm_metrics_info:
     url: http://127.0.0.1:8000/metrics
     tools_venvs: ["{{ fleet_tools_venv }}"]
   register: load
@@ -141,7 +141,7 @@ EXAMPLES = r"""
       {{ load.histograms['vllm:time_to_first_token_seconds'].mean }} s
 
 - name: Drain gate before the stop (the host is already out of the load balancer)
-  gpufleet.vllm.vllm_metrics:
+  gpufleet.vllm.vllm_metrics_info:
     url: "http://{{ inventory_hostname }}:8000/metrics"
     model_name: kimi-k2.5
     wait_idle: true
@@ -152,7 +152,7 @@ EXAMPLES = r"""
     ansible_python_interpreter: "{{ host_tools_interpreter }}"
 
 - name: Wait at most 2 minutes, then stop anyway (the in-flight requests are cut)
-  gpufleet.vllm.vllm_metrics:
+  gpufleet.vllm.vllm_metrics_info:
     wait_idle: true
     timeout: 120
     on_timeout: continue
@@ -356,7 +356,7 @@ def main():
             module.no_log_values.add(part)
     problems = _problems(params)
     if problems:
-        module.fail_json(msg="Invalid options for gpufleet.vllm.vllm_metrics: %s. Nothing was read." % "; ".join(
+        module.fail_json(msg="Invalid options for gpufleet.vllm.vllm_metrics_info: %s. Nothing was read." % "; ".join(
             problems), changed=False, error_kind="options")
     url = params["url"]
     base = {"changed": False, "url": url}

@@ -100,7 +100,7 @@ seealso:
   - name: vLLM OpenAI-compatible server
     description: The HTTP API whose C(/health), C(/version), C(/v1/models) and C(/v1/completions) the module uses.
     link: https://docs.vllm.ai/en/latest/serving/openai_compatible_server.html
-  - module: gpufleet.vllm.nvml_vram
+  - module: gpufleet.vllm.nvml_vram_info
     description: Check that the model holds the GPUs' memory once the server is ready.
   - module: ansible.builtin.uri
     description: Single HTTP requests.

@@ -22,9 +22,9 @@ description:
     lock (every package at its pinned version, every wheel against the lock's sha256 hashes). Without O(lock),
     C(uv pip install) of O(package)C(==)O(version) and O(extra_packages). Always with copies, never links into
     uv's cache (C(--link-mode copy)), and never a Python downloaded by uv.
-  - Then O(package) is checked against its C(RECORD) at O(version) (as M(gpufleet.vllm.package_integrity) checks it;
+  - Then O(package) is checked against its C(RECORD) at O(version) (as M(gpufleet.vllm.package_integrity_info) checks it;
     O(verify)), and with O(lock) the environment against the lock, each package pristine but those of
-    O(accept_not_pristine) (as M(gpufleet.vllm.env_fingerprint) checks it).
+    O(accept_not_pristine) (as M(gpufleet.vllm.env_fingerprint_info) checks it).
   - Any failure from C(uv venv) on removes O(env) and says at which step, what uv or the check said, and that the
     serving environment O(current_env) was not touched. A hash that is not the lock's is named as such (a tampered
     mirror, or a nightly build overwritten since the lock was made).
@@ -175,8 +175,8 @@ notes:
     O(check_timeout).
 seealso:
   - module: gpufleet.vllm.vllm_envs
-  - module: gpufleet.vllm.package_integrity
-  - module: gpufleet.vllm.env_fingerprint
+  - module: gpufleet.vllm.package_integrity_info
+  - module: gpufleet.vllm.env_fingerprint_info
 author: gpufleet.vllm developers (@gpufleet)
 """
 
@@ -253,13 +253,13 @@ lock:
   type: dict
 check:
   description:
-    - The M(gpufleet.vllm.package_integrity) result of O(package) in the new environment (the keys C(pristine),
+    - The M(gpufleet.vllm.package_integrity_info) result of O(package) in the new environment (the keys C(pristine),
       C(version), C(counts), C(files) and the rest); null when it did not run.
   returned: always
   type: dict
 fingerprint:
   description:
-    - With O(lock), the M(gpufleet.vllm.env_fingerprint) result of the new environment against the lock (the keys
+    - With O(lock), the M(gpufleet.vllm.env_fingerprint_info) result of the new environment against the lock (the keys
       C(matches), C(fingerprint), C(not_pristine), C(unaccepted) and the rest); null when it did not run.
   returned: always
   type: dict

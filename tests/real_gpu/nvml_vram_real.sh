@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
-# Run the gpufleet.vllm.nvml_vram module against the REAL NVIDIA driver of
+# Run the gpufleet.vllm.nvml_vram_info module against the REAL NVIDIA driver of
 # this machine (no fake NVML library) and print its JSON result.  The output
 # is the evidence kept in docs/real-gpu.md.
 #
@@ -74,7 +74,7 @@ EOF
 echo "== args: $(cat "${WORK}/args.json")" >&2
 
 set +e
-PYTHONPATH="${WORK}/collections" "${PY}" "${REPO}/plugins/modules/nvml_vram.py" "${WORK}/args.json" >"${WORK}/result.json"
+PYTHONPATH="${WORK}/collections" "${PY}" "${REPO}/plugins/modules/nvml_vram_info.py" "${WORK}/args.json" >"${WORK}/result.json"
 RC=$?
 set -e
 "${PY}" -m json.tool "${WORK}/result.json" || cat "${WORK}/result.json"

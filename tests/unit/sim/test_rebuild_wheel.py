@@ -5,7 +5,7 @@
 """The test world's second build (tests/sim/rebuild_wheel.py), on a tiny wheel made here.
 
 The re-versioned wheel must be a real wheel: uv installs it, and
-gpufleet.vllm.package_integrity finds the installed copy pristine.
+gpufleet.vllm.package_integrity_info finds the installed copy pristine.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +23,7 @@ import zipfile
 import pytest
 
 from helpers import load_source, module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity
+from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity_info
 
 rebuild = load_source("gpufleet_rebuild_wheel", "tests", "sim", "rebuild_wheel.py")
 
@@ -142,7 +142,7 @@ def test_uv_installs_it_and_package_integrity_finds_it_pristine(tmp_path, capsys
     subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
     subprocess.run([uv, "pip", "install", "-q", "--offline", "--no-cache", "--no-deps",
                     "-p", str(venv / "bin" / "python"), path], check=True)
-    run = module_runner(package_integrity.main, capsys)
+    run = module_runner(package_integrity_info.main, capsys)
     code, result = run({"venv": str(venv), "name": "tiny", "wheel": path, "uv_cache_dir": []})
     assert code == 0, result["msg"]
     assert result["pristine"] is True and result["version"] == "1.1.dev3+g0123456789ab"

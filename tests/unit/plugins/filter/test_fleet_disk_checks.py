@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""fleet_disk_checks with the model directories, as free_space's paths option."""
+"""fleet_disk_checks with the model directories, as free_space_info's paths option."""
 
 import pytest
 from ansible.errors import AnsibleFilterError

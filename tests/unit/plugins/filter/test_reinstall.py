@@ -43,7 +43,7 @@ def test_plan_compares_the_version_exactly():
     # a local version is not the same build as its public part
     assert reinstall_plan(dict(PRISTINE, version="0.16.0rc2.dev344"), TARGET)["action"] == "build"
     assert reinstall_plan(PRISTINE, TARGET)["needed"] is False
-    # in its PEP 440 form, as package_integrity's version option compares it (what staging proved is the target)
+    # in its PEP 440 form, as package_integrity_info's version option compares it (what staging proved is the target)
     assert reinstall_plan(dict(PRISTINE, version="0.16.0RC2-DEV344+GEA5F903F8"), TARGET)["needed"] is False
 
 
@@ -110,7 +110,7 @@ def test_unaccepted_names_the_not_pristine_packages_but_the_accepted_ones():
     assert reinstall_unaccepted(proof, ["pynvvideocodec", "Lark"]) == []
     assert reinstall_unaccepted(dict(proof, not_pristine_total=5), ["pynvvideocodec", "lark"]) == ["(3 more than listed)"]
     assert reinstall_unaccepted({"skipped": True}) == [] and reinstall_unaccepted(None) == []
-    # env_fingerprint's unaccepted names every one, beyond max_list: no "more than listed" guess
+    # env_fingerprint_info's unaccepted names every one, beyond max_list: no "more than listed" guess
     complete = dict(proof, not_pristine_total=12, unaccepted=["PyNvVideoCodec", "lark"])
     assert reinstall_unaccepted(complete, ["pynvvideocodec", "lark"]) == []
     assert reinstall_unaccepted(complete, ["pynvvideocodec"]) == ["lark"]

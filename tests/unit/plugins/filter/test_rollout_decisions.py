@@ -206,7 +206,7 @@ BEFORE = {"distributions": [{"name": "vllm", "version": "0.33.0", "source": "ind
 
 
 def locked_host(proof, status_facts):
-    # (the proof after the start: package_integrity with the lock's packages, its environment_check)
+    # (the proof after the start: package_integrity_info with the lock's packages, its environment_check)
     facts = dict(HOSTVARS["gpu-a01"], reinstall_lock_info=LOCK_INFO)
     facts["rollout_integrity"] = dict(facts.get("rollout_integrity") or {}, environment_check=proof)
     facts["rollout_plan"] = dict(plan(build="0.33.0", pristine=False), packages=BEFORE)

@@ -209,7 +209,7 @@ def test_pristine_install_is_pristine(env):
 
 _IMPORTS_PROBE = r"""
 import json, sys
-from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity  # the module's own imports
+from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity_info  # the module's own imports
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
 before = "ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan" in sys.modules
 result = verify(venv=sys.argv[1], dist_name="demo", uv_cache_dirs=[])

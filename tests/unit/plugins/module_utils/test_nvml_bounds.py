@@ -17,7 +17,7 @@ import pytest
 
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
-from ansible_collections.gpufleet.vllm.plugins.modules import nvml_vram
+from ansible_collections.gpufleet.vllm.plugins.modules import nvml_vram_info
 
 pynvml = pytest.importorskip('pynvml')
 
@@ -90,7 +90,7 @@ def module_with(monkeypatch, capsys):
         monkeypatch.setitem(sys.modules, 'pynvml', fake)
         with patch_module_args(dict(args, _ansible_check_mode=False)):
             with pytest.raises(SystemExit) as exc:
-                nvml_vram.main()
+                nvml_vram_info.main()
         return exc.value.code, json.loads(capsys.readouterr().out)
     return _run
 

@@ -29,7 +29,7 @@ def _doc(path, name):
 
 def test_the_modules_are_found():
     assert len(MODULES) >= 16
-    assert "env_fingerprint.py" in [os.path.basename(p) for p in MODULES]
+    assert "env_fingerprint_info.py" in [os.path.basename(p) for p in MODULES]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=[os.path.basename(p)[:-3] for p in MODULES])

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.env_fingerprint, run in-process on fake environments written in the test."""
+"""gpufleet.vllm.env_fingerprint_info, run in-process on fake environments written in the test."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -20,7 +20,7 @@ import yaml
 from helpers import load_source, module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import filecheck, fingerprint
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import set_fingerprint
-from ansible_collections.gpufleet.vllm.plugins.modules import env_fingerprint
+from ansible_collections.gpufleet.vllm.plugins.modules import env_fingerprint_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,7 +33,7 @@ LOCK = {"demo": "1.0", "sympy": "1.14.0", "typing-extensions": "4.16.0"}
 @pytest.fixture
 def run(capsys):
     """run(args, check=False, diff=False) -> (exit code, result dict)."""
-    return module_runner(env_fingerprint.main, capsys)
+    return module_runner(env_fingerprint_info.main, capsys)
 
 
 @pytest.fixture
@@ -200,11 +200,11 @@ def test_documented_options_match_the_argument_spec(monkeypatch):
     def fake_init(self, argument_spec, **kwargs):
         captured.update(argument_spec)
         raise Stop()
-    monkeypatch.setattr(env_fingerprint.AnsibleModule, "__init__", fake_init)
+    monkeypatch.setattr(env_fingerprint_info.AnsibleModule, "__init__", fake_init)
     with pytest.raises(Stop):
-        env_fingerprint.main()
-    doc = yaml.safe_load(env_fingerprint.DOCUMENTATION)
-    assert doc["module"] == "env_fingerprint"
+        env_fingerprint_info.main()
+    doc = yaml.safe_load(env_fingerprint_info.DOCUMENTATION)
+    assert doc["module"] == "env_fingerprint_info"
     assert sorted(doc["options"]) == sorted(captured)
     for name, option in doc["options"].items():
         assert option["type"] == captured[name]["type"], name
@@ -216,14 +216,14 @@ def test_documented_options_match_the_argument_spec(monkeypatch):
 
 def test_documented_return_values_cover_the_result(run, venv):
     code, result = run({"venv": venv, "expected": LOCK})
-    documented = set(yaml.safe_load(env_fingerprint.RETURN))
+    documented = set(yaml.safe_load(env_fingerprint_info.RETURN))
     assert set(result) - {"changed", "invocation", "warnings", "deprecations"} == documented
 
 
 def test_examples_are_valid_yaml_tasks():
-    tasks = yaml.safe_load(env_fingerprint.EXAMPLES)
+    tasks = yaml.safe_load(env_fingerprint_info.EXAMPLES)
     modules = [next(k for k in task if k not in ("name", "register")) for task in tasks]
-    assert modules.count("gpufleet.vllm.env_fingerprint") == 4
+    assert modules.count("gpufleet.vllm.env_fingerprint_info") == 4
 
 
 @pytest.mark.skipif(shutil.which("ansible-doc") is None and not os.path.exists(
@@ -234,14 +234,14 @@ def test_ansible_doc_renders(tmp_path):
     tool = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
     if not os.path.exists(tool):
         tool = shutil.which("ansible-doc")
-    proc = subprocess.run([tool, "--json", "gpufleet.vllm.env_fingerprint"], stdout=subprocess.PIPE,
+    proc = subprocess.run([tool, "--json", "gpufleet.vllm.env_fingerprint_info"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, check=False,
                           env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, HOME=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr.decode()
-    data = json.loads(proc.stdout)["gpufleet.vllm.env_fingerprint"]
+    data = json.loads(proc.stdout)["gpufleet.vllm.env_fingerprint_info"]
     assert "fail_on_mismatch" in data["doc"]["options"] and "expected" in data["doc"]["options"]
     assert "fingerprint" in data["return"] and "not_pristine" in data["return"]
-    assert "gpufleet.vllm.env_fingerprint" in data["examples"]
+    assert "gpufleet.vllm.env_fingerprint_info" in data["examples"]
 
 
 def test_python_option_of_a_venv_runs_nothing(run, venv, monkeypatch):

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.free_space, run in-process."""
+"""gpufleet.vllm.free_space_info, run in-process."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpufleet.vllm.plugins.modules import free_space
+from ansible_collections.gpufleet.vllm.plugins.modules import free_space_info
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def run(capsys):
     def _run(args, check=False):
         with patch_module_args(dict(args, _ansible_check_mode=check)):
             with pytest.raises(SystemExit) as exc:
-                free_space.main()
+                free_space_info.main()
         return exc.value.code, json.loads(capsys.readouterr().out)
     return _run
 

@@ -1,7 +1,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.gpu_health against the fake NVML library, one test per health fault.
+"""gpufleet.vllm.gpu_health_info against the fake NVML library, one test per health fault.
 
 The module runs as Ansible runs it on a host (its file executed by Python with
 the arguments as JSON), with LD_LIBRARY_PATH at the fake libnvidia-ml.so.1 and
@@ -20,7 +20,7 @@ from helpers import load_source, run_nvml_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
-MODULE = os.path.join(REPO, "plugins", "modules", "gpu_health.py")
+MODULE = os.path.join(REPO, "plugins", "modules", "gpu_health_info.py")
 
 state = load_source("fakenvml_state_for_gpu_health", "tests", "sim", "fakenvml", "state.py")
 
@@ -421,7 +421,7 @@ def test_same_problem_on_every_gpu_is_one_line(lib_dir, state_file):
 def test_bad_options_are_refused(lib_dir, state_file, args, text):
     rc, res = run_module(args, state_file, lib_dir)
     assert rc == 1 and res["failed"] is True
-    assert res["msg"].startswith("Invalid options for gpufleet.vllm.gpu_health: ")
+    assert res["msg"].startswith("Invalid options for gpufleet.vllm.gpu_health_info: ")
     assert text in res["msg"], res["msg"]
     assert "gpus" not in res  # refused before NVML was read
 

@@ -1,7 +1,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.nvml_vram against the fake NVML library.
+"""gpufleet.vllm.nvml_vram_info against the fake NVML library.
 
 The module runs as Ansible runs it on a host: its file executed by Python
 with the module arguments as JSON, here with LD_LIBRARY_PATH at the fake
@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
-MODULE = os.path.join(REPO, "plugins", "modules", "nvml_vram.py")
+MODULE = os.path.join(REPO, "plugins", "modules", "nvml_vram_info.py")
 FAKENVML = os.path.join(REPO, "tests", "sim", "fakenvml")
 DEFAULT_NAME = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 
@@ -391,7 +391,7 @@ def test_bad_options_are_refused_before_nvml(lib_dir, state_file, args, words):
     set_state(state_file, init_error="DRIVER_NOT_LOADED")
     rc, res = run_module(args, state_file, lib_dir)
     assert rc == 1
-    assert res["msg"].startswith("Invalid options for gpufleet.vllm.nvml_vram: ")
+    assert res["msg"].startswith("Invalid options for gpufleet.vllm.nvml_vram_info: ")
     for word in words:
         assert word in res["msg"]
     assert "nvml_error" not in res
@@ -563,5 +563,5 @@ def test_min_used_fraction_of_each_gpus_own_total_and_only_the_gpus_listed(lib_d
 def test_a_bad_fraction_is_refused_before_nvml_is_read(lib_dir, state_file, expect, words):
     set_state(state_file, init_error="DRIVER_NOT_LOADED")
     rc, res = run_module({"expect": expect}, state_file, lib_dir)
-    assert rc == 1 and res["msg"].startswith("Invalid options for gpufleet.vllm.nvml_vram: ")
+    assert rc == 1 and res["msg"].startswith("Invalid options for gpufleet.vllm.nvml_vram_info: ")
     assert words in res["msg"], res["msg"]

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.package_integrity, run in-process on wheels built in the test."""
+"""gpufleet.vllm.package_integrity_info, run in-process on wheels built in the test."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from helpers import load_source, module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity
+from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -29,7 +29,7 @@ helpers = load_source("gpufleet_integrity_helpers", "tests", "unit", "plugins", 
 @pytest.fixture
 def run(capsys):
     """run(args, check=False, diff=False) -> (exit code, result dict)."""
-    return module_runner(package_integrity.main, capsys)
+    return module_runner(package_integrity_info.main, capsys)
 
 
 @pytest.fixture
@@ -137,9 +137,9 @@ def argument_spec(monkeypatch):
             captured.update(argument_spec)
             captured["__kwargs__"] = kwargs
             raise SystemExit(0)
-    monkeypatch.setattr(package_integrity, "AnsibleModule", Capture)
+    monkeypatch.setattr(package_integrity_info, "AnsibleModule", Capture)
     with pytest.raises(SystemExit):
-        package_integrity.main()
+        package_integrity_info.main()
     return captured
 
 
@@ -147,8 +147,8 @@ def test_documented_options_match_the_argument_spec(monkeypatch):
     spec = argument_spec(monkeypatch)
     kwargs = spec.pop("__kwargs__")
     assert kwargs["supports_check_mode"] is True
-    doc = yaml.safe_load(package_integrity.DOCUMENTATION)
-    assert doc["module"] == "package_integrity" and doc["version_added"] == "0.1.0"
+    doc = yaml.safe_load(package_integrity_info.DOCUMENTATION)
+    assert doc["module"] == "package_integrity_info" and doc["version_added"] == "0.1.0"
     options = doc["options"]
     assert sorted(options) == sorted(spec)
     for name, option in options.items():
@@ -161,15 +161,15 @@ def test_documented_options_match_the_argument_spec(monkeypatch):
 def test_documented_return_values_cover_the_result(run, venv):
     helpers.edit_in_place(os.path.join(venv["site"], "demo", "core.py"), b"return x", b"return 0")
     code, result = run(base_args(venv, fail_on_drift=False, wheel=venv["wheel"]))
-    documented = set(yaml.safe_load(package_integrity.RETURN))
+    documented = set(yaml.safe_load(package_integrity_info.RETURN))
     # warnings and deprecations are added by AnsibleModule itself (and collect across module runs in one process)
     assert set(result) - {"changed", "invocation", "warnings", "deprecations"} == documented
 
 
 def test_examples_are_valid_yaml_tasks():
-    tasks = yaml.safe_load(package_integrity.EXAMPLES)
+    tasks = yaml.safe_load(package_integrity_info.EXAMPLES)
     modules = [next(k for k in task if k != "name" and k != "register" and k != "when") for task in tasks]
-    assert modules.count("gpufleet.vllm.package_integrity") == 4
+    assert modules.count("gpufleet.vllm.package_integrity_info") == 4
 
 
 @pytest.mark.skipif(shutil.which("ansible-doc") is None and not os.path.exists(
@@ -180,14 +180,14 @@ def test_ansible_doc_renders(tmp_path):
     tool = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
     if not os.path.exists(tool):
         tool = shutil.which("ansible-doc")
-    proc = subprocess.run([tool, "--json", "gpufleet.vllm.package_integrity"], stdout=subprocess.PIPE,
+    proc = subprocess.run([tool, "--json", "gpufleet.vllm.package_integrity_info"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, check=False,
                           env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, HOME=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr.decode()
-    data = json.loads(proc.stdout)["gpufleet.vllm.package_integrity"]
+    data = json.loads(proc.stdout)["gpufleet.vllm.package_integrity_info"]
     assert "fail_on_drift" in data["doc"]["options"]
     assert "uv_cache_tainted" in data["return"]
-    assert "gpufleet.vllm.package_integrity" in data["examples"]
+    assert "gpufleet.vllm.package_integrity_info" in data["examples"]
 
 
 def test_hanging_python_fails_at_python_timeout_with_a_clear_message(run, tmp_path):
@@ -306,7 +306,7 @@ def test_a_package_that_drifted_fails_before_the_environment_is_read(run, locked
 
     def not_now(**kwargs):
         raise AssertionError("the environment was read although vLLM itself failed")
-    monkeypatch.setattr(package_integrity, "check_environment", not_now)
+    monkeypatch.setattr(package_integrity_info, "check_environment", not_now)
     rc, out = run({"venv": str(root), "expected_packages": pins})
     assert rc == 1 and out["pristine"] is False and out["environment_check"] is None
     assert "vllm/__init__.py" in out["msg"] and "fail_on_drift is true" in out["msg"]

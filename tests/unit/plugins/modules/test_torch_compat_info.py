@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.torch_compat: the staged torch against the driver and the GPUs, read from files, never imported.
+"""gpufleet.vllm.torch_compat_info: the staged torch against the driver and the GPUs, read from files, never imported.
 
 The module runs as Ansible runs it, against the fake NVML library (real
 pynvml), on torch trees the tests write (version.py and a libtorch_python.so
@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import torchcompat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
-MODULE = os.path.join(REPO, "plugins", "modules", "torch_compat.py")
+MODULE = os.path.join(REPO, "plugins", "modules", "torch_compat_info.py")
 COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 BENCH_ENV = os.environ.get("GPUFLEET_BENCH_ENV") or os.path.expanduser("~/.cache/gpufleet-vllm/bench-env")
 ARCHS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"

@@ -460,7 +460,7 @@ def test_decide_an_accepted_not_pristine_package_does_not_force_a_build(run, sta
     assert res["current_fingerprint"]["unaccepted"] == ["pynvvideocodec"]
     code, res = run(dict(args, accept_not_pristine=["pynvvideocodec"]))
     assert code == 0 and res["action"] == "none" and res["env"] == str(envs / NEW), res
-    # (the check's own result names every one not pristine, as env_fingerprint without accept_not_pristine)
+    # (the check's own result names every one not pristine, as env_fingerprint_info without accept_not_pristine)
     assert res["current_fingerprint"]["unaccepted"] == ["pynvvideocodec"]
 
 

@@ -1,7 +1,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.vllm_metrics against the vLLM stand-in server and against hostile answers.
+"""gpufleet.vllm.vllm_metrics_info against the vLLM stand-in server and against hostile answers.
 
 The module runs as Ansible runs it (its file executed by Python with the
 arguments as JSON).  prometheus_client comes from a venv-like directory made
@@ -27,7 +27,7 @@ from helpers import has_socket, run_module_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
-MODULE = os.path.join(REPO, "plugins", "modules", "vllm_metrics.py")
+MODULE = os.path.join(REPO, "plugins", "modules", "vllm_metrics_info.py")
 COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 STANDIN = os.path.join(REPO, "tests", "sim", "standin", "vllm_standin.py")
 WHEELHOUSE = os.environ.get("GPUFLEET_WHEELHOUSE") or os.path.join(
