@@ -5,7 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
-    rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_line, rollout_needs, rollout_pending,
+    rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_host_plan, rollout_line, rollout_pending,
     rollout_rows,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import row_cells
@@ -13,6 +13,11 @@ from ansible_collections.gpufleet.vllm.plugins.filter.fleet import kv_cache_poli
 
 CLEAN = {"build": "0.33.0", "pristine": True, "config_keys_present": 0, "config_policy": "strip", "config_errors": [],
          "dumps": 0, "environment": "/opt/vllm/envs/vllm-0.33.0-20261201T101500Z"}
+
+
+def rollout_needs(result, *args, **kwargs):
+    """What the plan of gpufleet.vllm.rollout_host_plan says the host needs."""
+    return rollout_host_plan(result, *args, **kwargs)["needs"]
 
 
 def plan(**row):

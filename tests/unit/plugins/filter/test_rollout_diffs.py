@@ -10,7 +10,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.filter.drift import drift_diff_files, drift_diff_markdown
-from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_row
+from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import summary_row as rollout_row
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import markdown
 
 DIFF = "--- wheel/vllm/a.py\n+++ installed/vllm/a.py\n@@ -1 +1,2 @@\n x = 1\n+_t.save(x, '/tmp/d.pt')\n"

@@ -5,9 +5,15 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
-    audit_line, rollout_line, rollout_pending, rollout_plan_line, rollout_rows, rollout_skip,
+    audit_line, rollout_host_plan, rollout_line, rollout_pending, rollout_rows,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import plan_line as rollout_plan_line
+
+def rollout_skip(result):
+    """Why the plan of gpufleet.vllm.rollout_host_plan skips the host."""
+    return rollout_host_plan(result)["skipped"]
+
 
 LINE = "GPU 3 (bus 5D): PCIe link at Gen5 x8, the card can do Gen5 x16: a degraded link starves all-reduce over PCIe"
 ROW = {"build": "0.33.0", "pristine": True, "config_keys_present": 0, "config_policy": "strip", "config_errors": [],
@@ -43,7 +49,7 @@ def test_rollout_skip(case, result, expected):
 
 @pytest.mark.parametrize("bad", [None, "text", {"msg": "drift_info failed"}])
 def test_skip_of_something_that_is_not_a_drift_result_fails_clearly(bad):
-    with pytest.raises(AnsibleFilterError, match="rollout_skip expects a gpufleet.vllm.drift_info result"):
+    with pytest.raises(AnsibleFilterError, match="rollout_host_plan: expects a gpufleet.vllm.drift_info result"):
         rollout_skip(bad)
 
 
@@ -53,6 +59,15 @@ def test_the_plan_line_says_skipped_and_what_the_host_would_have_needed():
     assert rollout_plan_line([], "GPUs not healthy: x") == "plan: SKIPPED, not rolled: GPUs not healthy: x"
     assert rollout_plan_line(["dumps (3)"], "") == "plan: dumps (3)"
     assert rollout_plan_line([], "", "0.33.0") == "plan: nothing (converged, serving 0.33.0)"
+
+
+def test_the_host_plan_says_needs_skipped_and_its_line_in_one():
+    sick = rollout_host_plan(plan(SICK), target_version="0.34.0")
+    assert sick["needs"] == ["build 0.34.0 (from 0.33.0)"] and sick["skipped"].startswith("GPUs not healthy: ")
+    assert sick["line"] == rollout_plan_line(sick["needs"], sick["skipped"])
+    assert rollout_host_plan(plan(HEALTHY), target_version="0.33.0") == {
+        "needs": [], "skipped": "", "line": "plan: nothing (converged, serving 0.33.0)"}
+    assert rollout_host_plan({"row": dict(ROW, build=""), "health": None})["line"] == "plan: nothing (converged, serving ?)"
 
 
 def facts(skipped="", needs=("build 0.34.0 (from 0.33.0)",), batch=()):
@@ -103,12 +118,11 @@ def test_markdown_text_shows_a_hostile_process_name_as_text():
 
 
 def test_another_models_unit_that_runs_is_a_model_switch_the_plan_names():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_needs
     plan = {"row": dict(ROW, other_units=["vllm-kimi-k25.service (active, enabled)"]), "drift": ["unit"]}
-    assert rollout_needs(plan, unit_active=False) == [
+    assert rollout_host_plan(plan, unit_active=False)["needs"] == [
         "model switch (stop vllm-kimi-k25.service)", "start (unit not running)"]
     unread = {"row": dict(ROW, other_units=["other units not read: systemctl show x failed"]), "drift": ["unit"]}
-    assert rollout_needs(unread) == []
+    assert rollout_host_plan(unread)["needs"] == []
     line = audit_line({"host": "h", "drift": ["unit"], "unit": "vllm-minimax-m25.service", "unit_state": "active",
                        "other_units": ["vllm-kimi-k25.service (inactive, enabled)"]})
     assert "vllm-minimax-m25.service active, other vLLM units: vllm-kimi-k25.service (inactive, enabled)" in line
