@@ -16,8 +16,11 @@ author: gpufleet.vllm developers (@gpufleet)
 description:
   - A stdout callback for the collection's playbooks on a fleet. The terminal shows, per host, the phases the host
     went through (a role such as C(reinstall), C(service) or C(benchmark), or the play's own tasks) with their
-    result (V(ok), V(changed N), V(failed), V(unreachable), V(skipped)), how many tasks they ran and their wall
-    time, in one line printed when the host's phase ends.
+    result (V(ok), V(changed N), V(would change N), V(failed), V(unreachable), V(skipped)), how many tasks they ran
+    and their wall time, in one line printed when the host's phase ends.
+  - A task that reports a change in check mode (C(--check), or C(check_mode) on the task, its block, role or include)
+    changed nothing; its phase reads V(would change N), never V(changed), and so does the host's recap line
+    (C(would change=N) beside C(changed=N), which counts the real changes only).
   - Warnings, deprecations, failures (task, host, message, the last lines of stderr and stdout, C(module_stderr))
     and unreachable hosts are printed in full as they happen. A failure that a block's C(rescue) handles is printed
     too, marked as rescued.
@@ -118,6 +121,7 @@ import time
 import yaml
 
 from ansible import constants as C
+from ansible import context
 from ansible.playbook.block import Block
 from ansible.plugins.callback import CallbackBase
 from ansible.plugins.loader import callback_loader
@@ -349,7 +353,7 @@ class _FileDisplay:
 class _Phase:
     """One host's run of consecutive tasks of one phase: counters only, never the results."""
 
-    __slots__ = ("name", "start", "end", "tasks", "ok", "changed", "failed", "rescued", "ignored", "skipped",
+    __slots__ = ("name", "start", "end", "tasks", "ok", "changed", "would", "failed", "rescued", "ignored", "skipped",
                  "unreachable", "own", "busy")
 
     def __init__(self, name, start, own=False):
@@ -360,14 +364,16 @@ class _Phase:
         self.busy = 0.0
         self.tasks = 0
         self.ok = self.changed = self.failed = self.rescued = self.ignored = self.skipped = self.unreachable = 0
+        self.would = 0    # the changes reported in check mode: nothing changed
 
     def result(self):
         if self.unreachable:
             word = "unreachable"
         elif self.failed:
             word = "failed"
-        elif self.changed:
-            word = "changed %d" % self.changed
+        elif self.changed or self.would:
+            word = ", ".join(part for part in ("changed %d" % self.changed if self.changed else "",
+                                               "would change %d" % self.would if self.would else "") if part)
         elif self.ok or self.rescued or self.ignored:
             word = "ok"
         else:
@@ -378,6 +384,20 @@ class _Phase:
         if self.ignored:
             extra.append("%d ignored" % self.ignored)
         return word + (" (%s)" % ", ".join(extra) if extra else "")
+
+
+def _check_mode(task):
+    """Whether TASK ran in check mode: its own check_mode, else its block's, role's or include's (ansible-core
+    looks it up the same way), else the run's --check."""
+    try:
+        value = getattr(task, "check_mode", None)
+    except Exception:  # pylint: disable=broad-except
+        value = None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and "{" not in value:
+        return _truthy(value)
+    return bool(context.CLIARGS.get("check", False))
 
 
 def _phase_of(task, play_name):
@@ -432,6 +452,7 @@ class CallbackModule(CallbackBase):
         self._task_start = {}      # host -> when its current task started
         self._task_begun = time.time()  # when the current task started (meta tasks start no runner)
         self._host_width = 12
+        self._would = {}           # host -> the changes it reported in check mode (the recap's "would change")
         self._own_line = False
         self._untee = None
 
@@ -706,10 +727,9 @@ class CallbackModule(CallbackBase):
             self._forward("v2_runner_on_ok", result)
             return
         phase = self._phase_for(result)
-        changed = result.is_changed()
         phase.ok += 1
-        if changed:
-            phase.changed += 1
+        if result.is_changed():
+            self._count_change(result, phase)
         self._warnings(result, loop_done=True)
         self._print_shown(result)
         self._follow_report_dir(result)
@@ -723,12 +743,21 @@ class CallbackModule(CallbackBase):
             # ansible-core counts an ignored failure as ok, and as changed when it changed something
             phase.ignored += 1
             if result.is_changed():
-                phase.changed += 1
+                self._count_change(result, phase)
         elif rescue:
             phase.rescued += 1
         else:
             phase.failed += 1
         self._forward("v2_runner_on_failed", result, ignore_errors=ignore_errors)
+
+    def _count_change(self, result, phase):
+        """A change, or in check mode a change that would be made: counted apart, for the phase and the recap."""
+        if _check_mode(result.task):
+            phase.would += 1
+            host = result.host.get_name()
+            self._would[host] = self._would.get(host, 0) + 1
+        else:
+            phase.changed += 1
 
     def v2_runner_on_skipped(self, result):
         if result.task.action in C._ACTION_ALL_INCLUDES:
@@ -784,12 +813,15 @@ class CallbackModule(CallbackBase):
             self._note_host(host)
         for host in hosts:
             summary = stats.summarize(host)
-            parts = ["ok=%d" % summary["ok"], "changed=%d" % summary["changed"]]
+            would = min(self._would.get(host, 0), summary["changed"])
+            parts = ["ok=%d" % summary["ok"], "changed=%d" % (summary["changed"] - would)]
+            if would:
+                parts.append("would change=%d" % would)
             for key in ("failures", "unreachable", "rescued", "ignored", "skipped"):
                 if summary.get(key):
                     parts.append("%s=%d" % ("failed" if key == "failures" else key, summary[key]))
             verdict = "FAILED" if summary["failures"] or summary["unreachable"] else "ok"
-            color = C.COLOR_ERROR if verdict == "FAILED" else (C.COLOR_CHANGED if summary["changed"] else C.COLOR_OK)
+            color = C.COLOR_ERROR if verdict == "FAILED" else (C.COLOR_CHANGED if summary["changed"] - would else C.COLOR_OK)
             self._line("  %s  %-6s  %s" % (self._host_label(host), verdict, "  ".join(parts)), color=color)
         if self._untee is not None:
             self._untee()

@@ -118,3 +118,85 @@ def test_a_failed_gate_is_printed_once_starting_with_what_failed(tmp_path):
     assert summary.count(VERDICT) == 1, summary
     assert "**gpu-node-2**: %s" % sentence in summary, summary
     assert "(failed task: %s)" % GATE_TASK in summary, summary
+
+
+CHECK_PLAY = """
+- name: Pre-flight and plan (nothing changes here)
+  hosts: fleet
+  gather_facts: false
+  tasks:
+    - name: Render the unit in check mode (does it change, does it run)
+      ansible.builtin.include_role:
+        name: service
+        tasks_from: unit
+        apply: {{check_mode: true}}
+
+- name: Roll out
+  hosts: fleet
+  gather_facts: false
+  tasks:
+    - name: Render the unit
+      ansible.builtin.import_role:
+        name: service
+        tasks_from: unit
+    - name: Write the report on the control node (a new file each run, also in check mode)
+      ansible.builtin.copy:
+        content: "report\\n"
+        dest: "{tmp}/report-{{{{ inventory_hostname }}}}.md"
+        mode: "0644"
+      check_mode: false
+"""
+
+UNIT_TASKS = """---
+- name: Render the unit file
+  ansible.builtin.copy:
+    content: "[Service]\\nExecStart=/opt/vllm/current/bin/vllm serve\\n"
+    dest: "{tmp}/unit-{{{{ inventory_hostname }}}}.service"
+    mode: "0644"
+"""
+
+
+def _check_run(tmp_path, args=()):
+    tmp = str(tmp_path)
+    write(os.path.join(tmp, "roles", "service", "tasks", "unit.yml"), UNIT_TASKS.format(tmp=tmp))
+    rc, out, err = playbook_run(tmp, CHECK_PLAY.format(tmp=tmp), hosts=HOSTS, args=args)
+    assert rc == 0, out + err
+    return tmp, out, out.splitlines()
+
+
+def _phase(lines, host, phase):
+    found = [line for line in lines if re.match(r"^  %s +%s  " % (re.escape(host), re.escape(phase)), line)]
+    assert len(found) == 1, lines
+    return re.split(r"\s{2,}", found[0].strip())[2]
+
+
+def _recap(lines, host):
+    at = next(i for i, line in enumerate(lines) if line.startswith("RECAP ("))
+    return next(line for line in lines[at:] if line.startswith("  %s " % host))
+
+
+def test_a_change_in_check_mode_reads_would_change(tmp_path):
+    tmp, out, lines = _check_run(tmp_path)
+    # the pre-flight's render (check_mode through the include's apply) changed nothing: it would change the unit;
+    # the rollout's render changed it
+    for host in HOSTS:
+        service = [line for line in lines if re.match(r"^  %s +service  " % host, line)]
+        assert len(service) == 2, out
+        assert re.split(r"\s{2,}", service[0].strip())[2] == "would change 1", out
+        assert re.split(r"\s{2,}", service[1].strip())[2] == "changed 1", out
+        assert _phase(lines, host, "Roll out") == "changed 1", out
+        assert re.match(r"^  %s +ok +ok=\d+  changed=2  would change=1$" % host, _recap(lines, host)), out
+        assert os.path.isfile(os.path.join(tmp, "unit-%s.service" % host))
+
+
+def test_a_check_run_reads_would_change_and_changes_only_what_check_mode_false_writes(tmp_path):
+    tmp, out, lines = _check_run(tmp_path, args=("--check",))
+    assert "PLAY Roll out [check mode]" in lines, out
+    for host in HOSTS:
+        service = [line for line in lines if re.match(r"^  %s +service  " % host, line)]
+        assert [re.split(r"\s{2,}", line.strip())[2] for line in service] == ["would change 1", "would change 1"], out
+        # the report, written with check_mode: false, did change
+        assert _phase(lines, host, "Roll out") == "changed 1", out
+        assert re.match(r"^  %s +ok +ok=\d+  changed=1  would change=2$" % host, _recap(lines, host)), out
+        assert not os.path.exists(os.path.join(tmp, "unit-%s.service" % host))
+    assert " changed 1 " not in " ".join(line for line in lines if " service " in line), out
