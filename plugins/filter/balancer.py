@@ -3,11 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The rollout's decisions on the load balancer's servers (the list module ``haproxy_server`` returns).
+"""The rollout's decision on the load balancer's servers (the list module ``haproxy_server`` returns).
 
-``servers | gpufleet.vllm.balancer_unknown(names)``
-    The names not among the servers, in the order given (the pre-flight check
-    that the balancer knows every host).
 ``servers | gpufleet.vllm.balancer_capacity(leaving, min_in_service)``
     Whether taking ``leaving`` out of rotation keeps at least
     ``min_in_service`` servers serving, with the sentence that says so.
@@ -33,16 +30,6 @@ def _names(names, filter_name, label):
     if isinstance(names, str) or not isinstance(names, (list, tuple)):
         raise AnsibleFilterError("%s: %s must be a list of server names, got %r" % (filter_name, label, names))
     return [str(name) for name in names]
-
-
-def balancer_unknown(servers, names):
-    """The names (in order, once each) that no server has."""
-    known = set(s["name"] for s in _servers(servers, "balancer_unknown"))
-    unknown = []
-    for name in _names(names, "balancer_unknown", "names"):
-        if name not in known and name not in unknown:
-            unknown.append(name)
-    return unknown
 
 
 def _plural(count):
@@ -86,7 +73,7 @@ def balancer_capacity(servers, leaving, min_in_service):
 
 
 class FilterModule(object):
-    """The rollout's load balancer decisions."""
+    """The rollout's load balancer decision."""
 
     def filters(self):
-        return {"balancer_unknown": balancer_unknown, "balancer_capacity": balancer_capacity}
+        return {"balancer_capacity": balancer_capacity}

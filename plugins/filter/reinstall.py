@@ -18,13 +18,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import PlanError, plan, unaccepted
-
-
-def reinstall_unaccepted(fingerprint, accepted=None):
-    """The distributions an env_fingerprint_info result names as not pristine, but the ACCEPTED ones
-    (fleet_accepted_not_pristine); ['(N more than listed)'] when it did not list them all."""
-    return unaccepted(fingerprint, accepted)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import PlanError, plan
 
 
 def reinstall_plan(current_check, target_version, force=False, current_env="", reuse_check=None, reuse_env="",
@@ -47,5 +41,4 @@ class FilterModule(object):
     def filters(self):
         return {
             "reinstall_plan": reinstall_plan,
-            "reinstall_unaccepted": reinstall_unaccepted,
         }

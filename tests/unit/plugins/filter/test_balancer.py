@@ -1,13 +1,13 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The balancer filters: which hosts the balancer does not know, and whether a batch leaves enough serving."""
+"""The balancer filter: whether a batch leaves enough serving."""
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.filter.balancer import FilterModule, balancer_capacity, balancer_unknown
+from ansible_collections.gpufleet.vllm.plugins.filter.balancer import FilterModule, balancer_capacity
 
 
 def server(name, admin="ready", status="UP", serving=None):
@@ -20,13 +20,7 @@ SERVERS = [server("rollout-1"), server("rollout-2"), server("rollout-3", admin="
 
 
 def test_registered():
-    assert set(FilterModule().filters()) == {"balancer_unknown", "balancer_capacity"}
-
-
-def test_unknown_in_order_once():
-    assert balancer_unknown(SERVERS, ["rollout-9", "rollout-1", "a", "rollout-9"]) == ["rollout-9", "a"]
-    assert balancer_unknown(SERVERS, ["rollout-3", "rollout-2"]) == []
-    assert balancer_unknown([], ["x"]) == ["x"]
+    assert set(FilterModule().filters()) == {"balancer_capacity"}
 
 
 def test_capacity_refused_with_the_sentence_of_the_brief():
@@ -68,11 +62,6 @@ def test_capacity_zero_minimum_and_nothing_leaving():
 def test_capacity_refuses_bad_input(servers, leaving, minimum):
     with pytest.raises(AnsibleFilterError):
         balancer_capacity(servers, leaving, minimum)
-
-
-def test_unknown_refuses_a_string():
-    with pytest.raises(AnsibleFilterError):
-        balancer_unknown(SERVERS, "rollout-1")
 
 
 def test_capacity_does_not_count_a_backup_server():

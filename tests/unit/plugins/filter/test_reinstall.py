@@ -104,7 +104,8 @@ def test_a_dependency_accepted_as_not_pristine_upstream_does_not_force_a_build()
 
 
 def test_unaccepted_names_the_not_pristine_packages_but_the_accepted_ones():
-    from ansible_collections.gpufleet.vllm.plugins.filter.reinstall import reinstall_unaccepted
+    # (the rule reinstall_plan and vllm_envs decide with; not a filter of its own)
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import unaccepted as reinstall_unaccepted
     proof = dict(THE_LOCK, not_pristine=[{"name": "PyNvVideoCodec"}, {"name": "lark"}], not_pristine_total=2)
     assert reinstall_unaccepted(proof, ["pynvvideocodec"]) == ["lark"]
     assert reinstall_unaccepted(proof, ["pynvvideocodec", "Lark"]) == []
