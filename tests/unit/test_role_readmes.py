@@ -47,9 +47,19 @@ def entry_points(role):
     return set(SPECS.load(role, "meta", "argument_specs.yml")["argument_specs"])
 
 
-def named_entry_points(text):
-    return {os.path.splitext(name.rstrip("."))[0] if name.rstrip(".").endswith(".yml") else name.rstrip(".")
-            for name in TASKS_FROM.findall(text)}
+def named_entry_points(text, role=None):
+    """The entry points TEXT names as ``tasks_from: NAME``; in an example's include_role of another role of the
+    collection (``name: gpufleet.vllm.OTHER`` just before), that role's, not ROLE's."""
+    found = set()
+    for line_no, line in enumerate(text.splitlines()):
+        for name in TASKS_FROM.findall(line):
+            before = text.splitlines()[max(0, line_no - 2):line_no]
+            other = [m for b in before for m in re.findall(r"name:\s*gpufleet\.vllm\.(\w+)", b)]
+            if role is not None and other and other[-1] != role:
+                continue
+            name = name.rstrip(".")
+            found.add(os.path.splitext(name)[0] if name.endswith(".yml") else name)
+    return found
 
 
 def _walk(tasks):
@@ -95,7 +105,7 @@ def test_readme_names_every_entry_point_and_no_other(role):
     text = readme(role)
     assert re.search(r"^#+ Entry points", text, re.M), "%s/README.md has no section 'Entry points'" % role
     entries = entry_points(role)
-    named = named_entry_points(text)
+    named = named_entry_points(text, role)
     missing = sorted(entries - named - {"main"})
     assert not missing, "%s/README.md does not name the entry points %s (as `tasks_from: NAME`)" % (role, missing)
     unknown = sorted(named - entries)
@@ -134,5 +144,7 @@ def test_the_checks_catch_what_they_are_for():
     # (a README naming a private task file, or missing an option, must fail the checks above)
     assert named_entry_points("`tasks_from: _defaults.yml` runs no task") == {"_defaults"}
     assert named_entry_points("* `tasks_from: take_out` (before a stop)") == {"take_out"}
+    example = "- ansible.builtin.include_role:\n    name: gpufleet.vllm.service\n    tasks_from: cutover\n"
+    assert named_entry_points(example, "reinstall") == set() and named_entry_points(example, "service") == {"cutover"}
     assert ROW.findall("| `fleet_package` | `vllm` | reinstall |\n") == [("fleet_package", " `vllm` ")]
     assert render(True) == "true" and render("") == '""' and render(None) == "null" and render(300) == "300"
