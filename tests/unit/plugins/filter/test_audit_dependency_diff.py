@@ -14,7 +14,7 @@ import re
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
+from ansible_collections.gpufleet.vllm.plugins.filter.audit import (
     audit_dependency_markdown,
     audit_fingerprints,
     audit_line,

@@ -48,7 +48,7 @@ def test_not_a_dict():
 
 
 def test_audit_line_names_every_drift_class():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
     row = {"host": "gpu-a01", "drift": ["integrity", "config", "dumps"], "build": "0.33.0",
            "integrity": "2 files modified", "config_keys_present": 2, "dumps": 35, "dumps_bytes": "65.3 MB",
            "unit": "vllm-kimi-k25.service", "unit_state": "active"}
@@ -60,7 +60,7 @@ def test_audit_line_names_every_drift_class():
 
 
 def test_audit_line_says_every_config_and_gpu_problem_whole():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
     row = {"host": "gpu-a02", "drift": ["config", "gpus"], "build": "0.33.0", "integrity": "pristine",
            "unit": "vllm-kimi-k25.service", "unit_state": "active",
            "config_errors": ["/models/k/config.json: invalid JSON at line 3, column 1", "second"],
@@ -72,6 +72,6 @@ def test_audit_line_says_every_config_and_gpu_problem_whole():
 
 
 def test_audit_line_of_a_host_that_was_not_audited():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
     assert audit_line({"host": "gpu-a03", "reason": "Failed to connect to the host via ssh"}) == (
         "gpu-a03: not audited: Failed to connect to the host via ssh")

@@ -246,7 +246,7 @@ def fp_row(host, fingerprint, lock="", drift=()):
 
 
 def test_the_host_that_differs_from_the_fleet_is_flagged_and_drifts():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_fingerprints
     rows = audit_fingerprints([fp_row("a", "aaa"), fp_row("b", "aaa", drift=["dumps"]), fp_row("c", "ccc", drift=["integrity"]),
                                {"host": "d", "drift": ["integrity"], "fingerprint": ""}])
     assert [r.get("fleet") for r in rows] == ["same as 2 of 3 hosts", "same as 2 of 3 hosts",
@@ -255,7 +255,7 @@ def test_the_host_that_differs_from_the_fleet_is_flagged_and_drifts():
 
 
 def test_a_fleet_without_a_majority_flags_every_host_and_the_lock_decides_too():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_fingerprints
     rows = audit_fingerprints([fp_row("a", "aaa"), fp_row("b", "bbb")])
     assert rows[0]["fleet"].startswith("DIFFERS: no fingerprint is held by most hosts")
     assert all("packages" in r["drift"] for r in rows)
@@ -273,7 +273,7 @@ def test_a_fleet_without_a_majority_flags_every_host_and_the_lock_decides_too():
 
 
 def test_the_audit_packages_cell_shows_a_hosts_names_as_text():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_fingerprints
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_fingerprints
     row = dict(fp_row("a", "aaa"), packages_not_pristine=["evil | <img src=x>", "[x](http://e)"])
     cell = audit_fingerprints([row])[0]["packages_cell"]
     import re

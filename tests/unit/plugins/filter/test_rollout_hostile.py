@@ -12,7 +12,8 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
-from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line, rollout_line
+from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
+from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_line
 
 CONTROL = re.compile('[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]')
 KEYS = ['host', 'status', 'build_before', 'build_after', 'pristine_before', 'downtime_s', 'artifacts_removed',

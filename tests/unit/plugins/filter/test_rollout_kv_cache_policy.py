@@ -9,7 +9,8 @@ __metaclass__ = type
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.filter.rollout import audit_line, rollout_line
+from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
+from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_line
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import summary_row as rollout_row
 from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import host_line, markdown

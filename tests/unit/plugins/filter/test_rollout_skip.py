@@ -4,11 +4,13 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
-    audit_line, rollout_host_plan, rollout_line, rollout_pending, rollout_rows,
+    rollout_host_plan, rollout_line, rollout_pending, rollout_rows,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import plan_line as rollout_plan_line
+
 
 def rollout_skip(result):
     """Why the plan of gpufleet.vllm.rollout_host_plan skips the host."""
@@ -110,7 +112,7 @@ def test_only_a_health_that_says_true_lets_a_host_be_rolled(health, problems, ex
 
 
 def test_markdown_text_shows_a_hostile_process_name_as_text():
-    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import markdown_text
+    from ansible_collections.gpufleet.vllm.plugins.filter.audit import markdown_text
     shown = markdown_text("GPU 5: pid 9 <img src=x onerror=alert(1)> [x](http://e) \x1b[31m\nline")
     # (escaped: Markdown shows the characters, makes no tag or link of them)
     assert "\x1b" not in shown and "\n" not in shown
