@@ -265,8 +265,8 @@ def host_failures(rows, summary):
     """host -> the sentence its own failure of the run says, for each host that failed or was skipped (the
     playbook fails each of them with it; SUMMARY is the path of summary.md).
 
-    A failed host's sentence says what became of it and where to read why, not the failure again: the run printed
-    the failure where it happened, and summary.md has it in full."""
+    The sentence says what became of the host and where to read why, not the failure or the skip's reason again:
+    the run printed each where it happened (the failed task, the host's plan), and summary.md has it in full."""
     found = {}
     for row in rows:
         host = one_line(row.get("host", "?"))
@@ -275,9 +275,9 @@ def host_failures(rows, summary):
             fate = " and was rolled back" if status == "FAILED, rolled back" else ""
             found[row.get("host")] = "%s failed%s: why is printed above, where it failed, and in %s." % (
                 host, fate, summary)
-        elif row.get("status") == "SKIPPED":
-            found[row.get("host")] = "%s was skipped, not rolled: %s (see %s)." % (
-                host, one_line(row.get("skipped") or "?").rstrip("."), summary)
+        elif status == "SKIPPED":
+            found[row.get("host")] = "%s was skipped, not rolled: why is printed in its plan above, and in %s." % (
+                host, summary)
     return found
 
 
@@ -285,9 +285,9 @@ def summary_json(rows, batches, benchmark_report=None):
     return json.dumps({"hosts": rows, "batches": batches, "benchmark_report": benchmark_report}, indent=4, sort_keys=True) + "\n"
 
 
-def host_line(row, with_failure=True):
-    """One line of the rollout summary for one host (the filter gpufleet.vllm.rollout_line); WITH_FAILURE false
-    leaves out the failure's words (the run printed them where the host failed)."""
+def host_line(row, with_why=True):
+    """One line of the rollout summary for one host (the filter gpufleet.vllm.rollout_line); WITH_WHY false leaves
+    out a failure's words and a skip's reason (the run printed each where it happened: the failed task, the plan)."""
     host = one_line(row.get("host", "?"))
     status = row.get("status", "?")
     parts = []
@@ -337,8 +337,8 @@ def host_line(row, with_failure=True):
         line += ", " + ", ".join(parts)
     if status == "untouched" and row.get("needed"):
         line += " (needs: %s)" % one_line_list(row["needed"])
-    if row.get("skipped"):
+    if with_why and row.get("skipped"):
         line += " -- not rolled: " + one_line(row["skipped"])
-    if with_failure and row.get("failure"):
+    if with_why and row.get("failure"):
         line += " -- " + one_line(row["failure"])
     return line

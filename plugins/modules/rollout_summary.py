@@ -75,8 +75,8 @@ check_mode:
 lines:
   description:
     - The report's path, the batches, the load balancer's sentence (when a host restarted), then one line per host (as
-      P(gpufleet.vllm.rollout_line#filter) writes it) without a failed host's failure, which the run printed where the
-      host failed and C(summary.md) has in full.
+      P(gpufleet.vllm.rollout_line#filter) writes it) without a failed host's failure or a skipped host's reason,
+      which the run printed where they happened (the failed task, the host's plan) and C(summary.md) has in full.
   returned: always
   type: list
   elements: str
@@ -95,7 +95,8 @@ host_failures:
   description:
     - For each host of RV(failed_hosts) and RV(skipped_hosts), the sentence that fails it at the end of the run. For a
       failed host, whether it was rolled back and where to read why (the run printed its failure where it happened,
-      and C(summary.md) has it); for a skipped host, why it was skipped.
+      and C(summary.md) has it); for a skipped host, where to read why (its plan, printed in the pre-flight, and
+      C(summary.md)).
   returned: always
   type: dict
   sample: {"gpu-node-2": "gpu-node-2 failed and was rolled back: why is printed above, where it failed, and in
@@ -135,8 +136,8 @@ def main():
              'batches: %s' % (rollout_report.batches_line(batches) or 'none')]
     if rollout_report.balancer_line(rows):
         lines.append(rollout_report.balancer_line(rows))
-    # (without the failures' words: the run printed each where its host failed; summary.md has them in full)
-    lines.extend(rollout_report.host_line(row, with_failure=False) for row in rows)
+    # (without a failure's words or a skip's reason: the run printed each where it happened; summary.md has them)
+    lines.extend(rollout_report.host_line(row, with_why=False) for row in rows)
     files = []
     if not module.check_mode:
         try:

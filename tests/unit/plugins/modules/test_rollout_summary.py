@@ -101,9 +101,10 @@ def test_each_failed_or_skipped_host_gets_the_sentence_that_fails_it(run, tmp_pa
     assert result["host_failures"] == {
         # (a failed host's failure is not said again: the run printed it where the host failed, summary.md has it)
         "gpu-a02": "gpu-a02 failed and was rolled back: why is printed above, where it failed, and in %s." % summary,
-        "gpu-a03": "gpu-a03 was skipped, not rolled: GPUs not healthy: GPU 3 has 12 retired pages (see %s)." % summary,
+        "gpu-a03": "gpu-a03 was skipped, not rolled: why is printed in its plan above, and in %s." % summary,
         "gpu-a04": "gpu-a04 failed: why is printed above, where it failed, and in %s." % summary}
     # the lines say what became of each host; the failure's words are in summary.md only
     assert result["lines"][3] == "gpu-a02: FAILED, rolled back, vllm 0.32.0"
-    assert "not ready" not in " ".join(result["lines"])
+    assert result["lines"][4] == "gpu-a03: SKIPPED"
+    assert "not ready" not in " ".join(result["lines"]) and "retired pages" not in " ".join(result["lines"])
     assert "**gpu-a02**: cutover: not ready \\| within 60 s\\n\\[Service\\]" in (tmp_path / "summary.md").read_text()
