@@ -4,7 +4,8 @@
 # Set up this machine as a control node for the simulated fleet. Safe to run
 # again: every step checks what is already there and skips it.
 #   1. Debian packages (podman, runc, debootstrap, gcc, ...) when missing
-#   2. .venv with the pinned control-node packages (requirements/control.txt)
+#   2. .venv with the pinned control-node packages (requirements/control.txt);
+#      the execution environment's requirements in a venv of their own
 #   3. the collection made visible to ansible as gpufleet.vllm
 #   4. the wheelhouse (the fleet's offline mirror) and, from it, the bench
 #      environment (vLLM with its dependencies) the simulated hosts mount;
@@ -57,6 +58,13 @@ if [[ ! -f "$VENV/.installed-$REQ_HASH" ]]; then
   rm -f "$VENV"/.installed-*
   touch "$VENV/.installed-$REQ_HASH"
 fi
+
+# --- 2b. the execution environment's requirements, as a venv ----------------
+# execution-environment.yml's Python requirements and collections, installed
+# into GPUFLEET_EE_VENV as ansible-builder installs them into the image
+# (from PyPI, once per set of inputs); the rollout scenario runs the audit
+# and a --check rollout from it (scripts/ee.sh playbook)
+"$REPO_ROOT/scripts/ee.sh" install
 
 # --- 3. the collection, visible to ansible as gpufleet.vllm ------------------
 LINK="$REPO_ROOT/.cache/collections/ansible_collections/gpufleet/vllm"

@@ -15,7 +15,10 @@ GPUFLEET_WHEELHOUSE="${GPUFLEET_WHEELHOUSE:-$GPUFLEET_CACHE/wheelhouse}"
 # /opt/vllm/bench-env (a shared tools volume, as on a fleet's NFS)
 GPUFLEET_BENCH_ENV="${GPUFLEET_BENCH_ENV:-$GPUFLEET_CACHE/bench-env}"
 VENV="${GPUFLEET_VENV:-$REPO_ROOT/.venv}"
-export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE GPUFLEET_BENCH_ENV
+# The execution environment's Python requirements and collections, installed
+# as ansible-builder installs them into the image (scripts/ee.sh)
+GPUFLEET_EE_VENV="${GPUFLEET_EE_VENV:-$GPUFLEET_CACHE/ee-venv}"
+export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE GPUFLEET_BENCH_ENV GPUFLEET_EE_VENV
 
 # Podman on these machines needs runc, cgroupfs and ulimits no higher than
 # the current ones: the engine config ships with the tests; /etc stays as is.

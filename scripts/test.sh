@@ -79,10 +79,14 @@ stage_build() {
     tests/integration/test_built_collection.py &&
   # the README's commands for a real fleet, as written, from a HOME of their own
   python -m pytest -q -p no:cacheprovider tests/integration/test_readme_real_fleet.py &&
-  # the execution environment's build context (no image is built here)
+  # the execution environment's build context (no image is built here; the
+  # rollout scenario runs the playbooks from its requirements: scripts/ee.sh):
+  # the runtime requirements and the tarball just built are in it
   rm -rf "$REPO_ROOT/.cache/ee-context" &&
   ansible-builder create -f execution-environment.yml -c "$REPO_ROOT/.cache/ee-context" &&
-  test -s "$REPO_ROOT/.cache/ee-context/Containerfile"
+  test -s "$REPO_ROOT/.cache/ee-context/Containerfile" &&
+  cmp "$REPO_ROOT/requirements/runtime.txt" "$REPO_ROOT/.cache/ee-context/_build/requirements.txt" &&
+  cmp "$out"/gpufleet-vllm-*.tar.gz "$REPO_ROOT/.cache/ee-context/_build/collection/$(basename "$out"/gpufleet-vllm-*.tar.gz)"
 }
 
 # One molecule scenario, its output to LOG (or the terminal when LOG is -);
