@@ -26,7 +26,9 @@ description:
     too, marked as rescued.
   - A task whose variable named by O(show_var) (C(gpufleet_show)) is true has its result printed in full for every
     host, for example C(ansible.builtin.debug) tasks that say a host's plan or the run's summary (the C(msg), or the
-    C(var) that C(debug) shows). Set it on the task, C(vars) of a task only, not of a play.
+    C(var) that C(debug) shows). Set it on the task, C(vars) of a task only, not of a play. The message is printed
+    in its own words after the host's name (not when it starts with it), never after the task's name; a
+    C(run_once) task's message (the run's summary) without a host name.
   - The whole run, rendered by ansible-core's default callback (task banners, per-host results, failures in full,
     recap), goes to a log file whose path is printed at the end. The file lies in the run's report directory
     once a task sets the fact named by O(report_dir_fact) (the rollout and the audit do), else in O(log_dir).
@@ -667,12 +669,19 @@ class CallbackModule(CallbackBase):
             value = res[task.args["var"]]
         else:
             value = {key: val for key, val in res.items() if not key.startswith("_") and key not in ("changed", "failed")}
+        # the message in its own words: after the host's name unless it starts with it, never after the task's
+        # name; a run_once task's message is the fleet's (the summary), not its first host's
         text = _text(value)
+        host = result.host.get_name()
+        fleet = _truthy(getattr(task, "run_once", False))
         if "\n" in text:
-            self._line("%s:" % self._where(result))
+            if not fleet:
+                self._line("%s:" % host)
             self._line(_indent(text, "  "))
+        elif fleet or text == host or text.startswith((host + " ", host + ":")):
+            self._line(text)
         else:
-            self._line("%s: %s" % (self._where(result), text))
+            self._line("%s: %s" % (host, text))
 
     # -- playbook and play events -------------------------------------------------------------------------------
 

@@ -223,8 +223,9 @@ def test_unreachable_in_full(fleet_run):
 
 def test_shown_results_in_full(fleet_run):
     for host in HOSTS:
-        assert "%s | Pre-flight | Say what this host needs: plan: %s needs build 0.16.0rc2, keys, dumps" % (host, host) \
-            in fleet_run["lines"]
+        # in the message's own words after the host's name, not after the task's
+        assert "%s: plan: %s needs build 0.16.0rc2, keys, dumps" % (host, host) in fleet_run["lines"]
+    assert "Say what this host needs" not in fleet_run["out"]
     assert "not shown" not in fleet_run["out"]
 
 

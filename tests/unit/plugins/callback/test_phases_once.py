@@ -104,8 +104,11 @@ def test_a_failed_gate_is_printed_once_starting_with_what_failed(tmp_path):
     # the host's line after its rollback, the summary's line and the run's failure of the host: what happened
     # and where to read why, not the sentence again
     # (nothing was stopped here, so nothing was rolled back: the old build still serves)
-    assert "gpu-node-2 | Roll out, batch by batch | Say what happened to this host: gpu-node-2: FAILED" in lines, out
+    assert "gpu-node-2: FAILED" in lines, out
     assert "  gpu-node-2: FAILED" in lines, out
+    # (a shown message is printed in its own words, after no task's name; the summary without a host's name)
+    assert "Say what happened to this host" not in out and "Show the summary" not in out, out
+    assert lines[lines.index("PLAY Summary") + 1] == "  report: %s" % os.path.join(reports, "summary.md"), out
     fail = "FAILED gpu-node-2 | Summary | Fail the run for each host that failed or was skipped"
     assert fail in lines, out
     msg = lines[lines.index(fail) + 1]
