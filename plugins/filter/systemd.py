@@ -159,7 +159,7 @@ def systemd_value(text, name=None):
 def systemd_unit_name(text, name=None):
     """A service unit name as <name>.service, refused unless systemd would accept it as one file name.
 
-    The rules (systemd.unit(5)) live in module_utils/systemd.py, shared with the unit_info module.
+    The rules (systemd.unit(5)) live in module_utils/systemd.py, shared with the modules that read units.
     """
     name = name or "the unit name"
     value = _line_text(text, name)

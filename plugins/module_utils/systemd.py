@@ -6,7 +6,7 @@
 """The one place that knows ``systemctl`` and ``journalctl``.
 
 Every module and role of the collection reads a unit's state here (the
-``unit_info`` module is the roles' door to it): one call of ``systemctl
+``managed_units`` module's keep_state is the roles' door to it): one call of ``systemctl
 show``, one strict parser, one structure.
 
 Calls take a ``run_command``: ``(argv) -> (rc, stdout, stderr)``, argv a

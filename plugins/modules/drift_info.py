@@ -665,7 +665,7 @@ dumps:
       returned: when the scan stopped
 unit:
   description: The unit's C(LoadState), C(ActiveState), C(SubState), C(MainPID) (a number) and C(FragmentPath), plus
-    C(unit), and C(error) when it could not be read (read by the same code as M(gpufleet.vllm.unit_info)). Only
+    C(unit), and C(error) when it could not be read (read by the same code as RV(gpufleet.vllm.managed_units#module:keep_state)). Only
     C(unit) when O(unit) is left out.
   returned: always
   type: dict

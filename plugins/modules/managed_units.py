@@ -26,6 +26,8 @@ description:
     O(keep) not rendered here, GPUs named by index in one and by UUID in the other) counts as sharing them.
   - Only regular files are read (a link is never followed), only their first 64 KiB, and at most 4096 directory
     entries; a unit directory with more is refused rather than half read.
+  - RV(keep_state) is O(keep)'s own state (exists, loaded, active, running, main PID), read with one bounded
+    C(systemctl show) whether or not the role rendered it yet; a unit systemd does not know is no failure.
   - Without O(enabled) the module only reads and never changes anything (C(changed=false)).
   - With O(enabled), it also sets the boot state of O(keep) once that unit is proven (the service role's C(enable) step)
     and makes the RV(others) that start at boot not start any more (C(systemctl enable) and C(systemctl disable), no
@@ -78,7 +80,6 @@ attributes:
 requirements:
   - Python 3.10 or newer on the managed host (standard library only), and C(systemctl).
 seealso:
-  - module: gpufleet.vllm.unit_info
   - module: ansible.builtin.systemd_service
 author: gpufleet.vllm developers (@gpufleet)
 """
@@ -88,6 +89,12 @@ EXAMPLES = r"""
   gpufleet.vllm.managed_units:
     keep: vllm-minimax-m25.service
   register: vllm_units
+
+- name: Stop the vLLM unit only when it runs
+  ansible.builtin.systemd_service:
+    name: vllm-minimax-m25.service
+    state: stopped
+  when: vllm_units.keep_state.running
 
 - name: Make vllm-minimax-m25 the unit that starts at boot, and not the other models' units on its GPUs
   gpufleet.vllm.managed_units:
@@ -166,6 +173,46 @@ units:
     other:
       description: Whether it is not O(keep).
       type: bool
+keep_state:
+  description:
+    - The state of O(keep) itself, read whether or not the role rendered it in O(unit_dir) (V({}) without O(keep));
+      a unit systemd does not know reads RV(keep_state.load_state=not-found) and RV(keep_state.exists=false).
+    - The service role reads whether its server runs from it before it renders the unit.
+  returned: always
+  type: dict
+  sample: {unit: vllm-minimax-m25.service, load_state: loaded, active_state: active, sub_state: running,
+           main_pid: 41235, exists: true, loaded: true, active: true, running: true}
+  contains:
+    unit:
+      description: The full name of the unit (with its type suffix).
+      type: str
+    load_state:
+      description: Its C(LoadState); V(not-found) for a unit systemd does not know.
+      type: str
+    active_state:
+      description: Its C(ActiveState).
+      type: str
+    sub_state:
+      description: Its C(SubState).
+      type: str
+    main_pid:
+      description: Its main process; V(0) when none runs.
+      type: int
+    exists:
+      description: Whether systemd knows the unit (RV(keep_state.load_state) is not V(not-found)).
+      type: bool
+    loaded:
+      description: Whether its unit file is read (RV(keep_state.load_state=loaded)).
+      type: bool
+    active:
+      description: Whether it is up or coming up (C(active), C(activating) or C(reloading)).
+      type: bool
+    running:
+      description: Whether a stop has something to end (RV(keep_state.active) or C(deactivating)).
+      type: bool
+    properties:
+      description: The properties as read (C(LoadState), C(ActiveState), C(SubState), C(MainPID), ...).
+      type: dict
 changed_units:
   description:
     - With O(enabled), the units whose boot state was set (in check mode, would be), each as C(unit) and C(enabled)
@@ -193,6 +240,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import (
     SystemdError,
     managed_units,
     others_to_stop,
+    read_state,
     reader,
     run_verb,
     show,
@@ -239,6 +287,13 @@ def main():
     except SystemdError as exc:
         module.fail_json(msg="Cannot list the vLLM units in %s: %s. Nothing was changed." % (
             shown(params["unit_dir"]), exc), changed=False, keep=keep)
+    keep_state = {}
+    if keep:
+        try:
+            keep_state = read_state(reader(params["timeout"]), systemctl, keep).as_result()
+        except SystemdError as exc:
+            module.fail_json(msg="Cannot read the state of %s: %s. Nothing was changed." % (keep, exc),
+                             changed=False, keep=keep, units=units)
     others = others_to_stop(units)
     changes = []
     if params["enabled"] is not None:
@@ -252,9 +307,10 @@ def main():
                 module.fail_json(msg="Could not %s %s at boot: %s. %s" % (
                     "enable" if change["enabled"] else "disable", change["unit"], exc,
                     ("Changed before it: %s." % ", ".join(c["unit"] for c in changes[:done])) if done else "Nothing was changed."),
-                    changed=done > 0, keep=keep, units=units, others=others, changed_units=changes[:done])
-    module.exit_json(changed=bool(changes), check_mode=module.check_mode, keep=keep, units=units, others=others,
-                     changed_units=changes)
+                    changed=done > 0, keep=keep, keep_state=keep_state, units=units, others=others,
+                    changed_units=changes[:done])
+    module.exit_json(changed=bool(changes), check_mode=module.check_mode, keep=keep, keep_state=keep_state, units=units,
+                     others=others, changed_units=changes)
 
 
 def boot_changes(module, systemctl, keep, enabled, units, others):

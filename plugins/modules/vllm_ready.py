@@ -244,7 +244,7 @@ unit_state:
   description:
     - The unit's C(LoadState), C(ActiveState), C(SubState), C(Result), C(NRestarts), C(MainPID), C(InvocationID),
       C(ExecMainStartTimestampMonotonic) (microseconds) and C(FragmentPath) when the wait ended, read as
-      M(gpufleet.vllm.unit_info) reads them. Empty when C(systemctl) did not answer.
+      RV(gpufleet.vllm.managed_units#module:keep_state) reads them. Empty when C(systemctl) did not answer.
   returned: when O(unit) is given
   type: dict
   sample: {LoadState: loaded, ActiveState: active, SubState: running, Result: success, NRestarts: 0, MainPID: 4242,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The service role reads its unit through gpufleet.vllm.unit_info, run by real Ansible.
+"""The service role reads its unit through gpufleet.vllm.managed_units (its keep_state), run by real Ansible.
 
 One ansible-playbook run (local connection) with the fake systemd of
 tests/unit/fakesystemd.py first on PATH: tasks/unit.yml in check mode for a
@@ -49,7 +49,7 @@ PLAY = """
     - name: Keep what the role noted
       ansible.builtin.set_fact:
         seen: "{{{{ {{'running': {{'changed': service_unit_changed, 'active': service_unit_active,
-                  'exists': __service_before.exists, 'main_pid': __service_before.main_pid}}}} }}}}"
+                  'exists': __service_before.keep_state.exists, 'main_pid': __service_before.keep_state.main_pid}}}} }}}}"
     - name: Render a stopped unit (check mode)
       ansible.builtin.include_role:
         name: gpufleet.vllm.service
@@ -61,7 +61,7 @@ PLAY = """
           check_mode: true
     - name: Keep what the role noted
       ansible.builtin.set_fact:
-        seen: "{{{{ seen | combine({{'stopped': {{'active': service_unit_active, 'loaded': __service_before.loaded}}}}) }}}}"
+        seen: "{{{{ seen | combine({{'stopped': {{'active': service_unit_active, 'loaded': __service_before.keep_state.loaded}}}}) }}}}"
     - name: Stop a unit systemd does not know
       ansible.builtin.include_role:
         name: gpufleet.vllm.service
@@ -138,7 +138,7 @@ def test_a_unit_systemd_does_not_know_is_not_stopped(seen):
     result = seen["unknown"]
     assert result["unit"] == "vllm-unknown.service"
     assert result["was_active"] is False and result["stopped"] is False
-    # unit_info read the units with systemctl show, even in check mode; nothing was stopped or started
+    # managed_units read the units with systemctl show, even in check mode; nothing was stopped or started
     assert [c for c in seen["calls"] if not c.startswith("show ") and "vllm-new" not in c] == ["start %s.service" % UNIT]
     assert "show vllm-unknown.service" in seen["calls"]
 

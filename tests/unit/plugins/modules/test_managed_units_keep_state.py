@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.unit_info: a unit's state, run as Ansible runs a module on a host.
+"""gpufleet.vllm.managed_units' keep_state: a unit's state, run as Ansible runs a module on a host.
 
 The module file is executed by Python with its arguments as JSON, with the
 fake systemd of tests/unit/fakesystemd.py (or a misbehaving systemctl
@@ -24,7 +24,7 @@ import fakesystemd
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
-MODULE = os.path.join(REPO, "plugins", "modules", "unit_info.py")
+MODULE = os.path.join(REPO, "plugins", "modules", "managed_units.py")
 COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 UNIT = "vllm-kimi-k25.service"
 
@@ -37,6 +37,10 @@ def host(tmp_path):
     fakesystemd.write_unit(state_dir, UNIT, [sys.executable, "-c", "import time; time.sleep(600)"])
 
     def run(args, check=False, path_first=None):
+        """The module run with keep=ARGS' unit; its keep_state merged into the result's top level."""
+        args = dict(args)
+        args["keep"] = args.pop("unit")
+        args.setdefault("unit_dir", str(tmp_path / "units"))
         path = tmp_path / "args.json"
         path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check)}))
         run_env = dict(env)
@@ -45,7 +49,8 @@ def host(tmp_path):
         proc = subprocess.run([sys.executable, MODULE, str(path)], env=run_env, capture_output=True, text=True,
                               timeout=60, check=False)
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-        return proc.returncode, json.loads(proc.stdout)
+        res = json.loads(proc.stdout)
+        return proc.returncode, dict(res, **(res.get("keep_state") or {}))
 
     def systemctl(*words):
         subprocess.run(["systemctl"] + list(words), env=env, check=True, timeout=30)
@@ -82,14 +87,14 @@ def test_a_unit_systemd_does_not_know_is_no_failure(host):
 
 
 @pytest.mark.parametrize("unit,words", [
-    ("../../etc/passwd", "unit '../../etc/passwd' holds characters a unit name cannot have"),
+    ("../../etc/passwd", "keep '../../etc/passwd' holds characters a unit name cannot have"),
     ("vllm@", "is a template (it ends in @)"),
     ("-H", "starts with - or ."),
-    ("vllm\nExecStart=x", "unit 'vllm\\nExecStart=x' holds characters"),
+    ("vllm\nExecStart=x", "keep 'vllm\\nExecStart=x' holds characters"),
 ])
 def test_a_name_systemd_would_refuse_is_refused_before_systemctl_runs(host, tmp_path, unit, words):
     rc, res = host({"unit": unit})
-    assert rc == 1 and words in res["msg"] and "for example vllm-kimi-k25.service" in res["msg"]
+    assert rc == 1 and words in res["msg"] and "for example vllm-minimax-m25.service" in res["msg"]
     calls = tmp_path / "systemd" / "calls"
     assert not calls.exists() or "show" not in calls.read_text()
 
