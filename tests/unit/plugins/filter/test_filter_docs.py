@@ -4,12 +4,17 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Every filter the collection exports is documented: a .yml beside its plugin file, named as the filter, with a
 description, its input, EXAMPLES that call it and RETURN; and ansible-doc renders them all. A filter exported
-without docs fails here: document it as an operator's tool, or keep its logic in module_utils and do not export it."""
+without docs fails here: document it as an operator's tool, or keep its logic in module_utils and do not export it.
+
+A filter that is a step of the collection's own roles and playbooks (exported only because their YAML calls it) says
+so with the doc fragment gpufleet.vllm.internal, and one of those roles or playbooks must call it: an internal
+filter nothing calls is not exported at all."""
 
 import glob
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,6 +70,39 @@ def test_every_filter_doc_belongs_to_an_exported_filter():
     assert documented - set(EXPORTED) == set()
 
 
+def _docs(name):
+    with open(os.path.join(FILTERS, name + ".yml"), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+INTERNAL = sorted(name for name in EXPORTED if os.path.isfile(os.path.join(FILTERS, name + ".yml")) and "gpufleet.vllm.internal"
+                  in (_docs(name)["DOCUMENTATION"].get("extends_documentation_fragment") or []))
+
+
+def _calls():
+    """The text of every role's and playbook's YAML and templates."""
+    texts = []
+    for top in ("roles", "playbooks"):
+        for folder, dummy, files in os.walk(os.path.join(REPO, top)):
+            for name in files:
+                if name.endswith((".yml", ".yaml", ".j2")):
+                    with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                        texts.append(handle.read())
+    return "\n".join(texts)
+
+
+def test_some_filters_are_internal_and_some_are_operator_tools():
+    assert INTERNAL and len(INTERNAL) < len(EXPORTED)
+    assert "rollout_rows" in INTERNAL and "rollout_host_plan" not in INTERNAL and "query" not in INTERNAL
+
+
+@pytest.mark.parametrize("name", INTERNAL)
+def test_an_internal_filter_is_called_by_a_role_or_playbook(name):
+    assert re.search(r"gpufleet\.vllm\.%s\b" % name, _calls()), (
+        "%s is documented as a step of the collection's roles and playbooks, but none calls it: do not export it"
+        % name)
+
+
 def _ansible_doc():
     tool = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
     return tool if os.path.exists(tool) else shutil.which("ansible-doc")
@@ -84,3 +122,5 @@ def test_ansible_doc_lists_and_renders_every_exported_filter(tmp_path):
     data = json.loads(shown.stdout)
     for name in names:
         assert data[name]["doc"]["short_description"] and data[name]["examples"] and data[name]["return"], name
+        internal = name.rsplit(".", 1)[-1] in INTERNAL
+        assert internal == any("not a stable interface" in note for note in data[name]["doc"].get("notes") or []), name
