@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 #
 # Run every test of the collection, setting up what is missing first:
-#   unit tests (pytest), yamllint, ansible-lint (production profile),
+#   unit tests (pytest), yamllint, ansible-lint (production profile) and
+#   antsibull-changelog lint,
 #   ansible-test sanity, collection build + install, molecule scenarios.
 # Usage: scripts/test.sh [STAGE ...]   (default: all stages, in order)
 #   stages: unit lint sanity build molecule
@@ -45,7 +46,9 @@ stage_unit() {
 stage_lint() {
   # (.ansible-lint says offline: ansible-lint installs nothing, so it sees
   # this checkout alone, not "another version" of it in ~/.ansible)
-  yamllint --strict . && ansible-lint --profile production --strict
+  yamllint --strict . && ansible-lint --profile production --strict &&
+  # the changelog fragments (changelogs/fragments) and changelog.yaml
+  antsibull-changelog lint
 }
 
 stage_sanity() {
