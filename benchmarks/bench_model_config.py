@@ -2,13 +2,13 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Time and memory of a model_config edit on a large config (issue 14, item 8).
+"""Time and memory of a model config edit (module_utils/jsonedit.py, as sm120_config runs it) on a large config.
 
     python benchmarks/bench_model_config.py [--mb 10] [--keys 9600] [--also-mb 20,40] [--strict]
 
 Builds, in a temporary directory, a config.json of about --mb megabytes with
 --keys layers that each hold a "kv_cache_scheme" member, then removes
-"**.kv_cache_scheme" the way the module does (jsonedit.plan_file, then the
+"**.kv_cache_scheme" the way sm120_config does (jsonedit.plan_file, then the
 edited bytes written).  Each edit runs in a fresh child process, so that its
 peak resident memory (VmHWM, else ru_maxrss) is the edit's own plus the
 interpreter's.
@@ -122,7 +122,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print('model_config edit of "**.kv_cache_scheme" (jsonedit.plan_file + write), one fresh process each')
+    print('model config edit of "**.kv_cache_scheme" (jsonedit.plan_file + write), one fresh process each')
     print('%10s %8s %10s %14s %16s' % ('file', 'keys', 'seconds', 'peak RSS', 'RSS over start'))
     for size, keys, result in rows:
         print('%7.1f MB %8d %10.2f %11.0f MB %13.0f MB' % (

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """The SM120 KV-cache policy options of sm120_plan and sm120_config (module_utils/sm120.py decides)."""
+    """The SM120 KV-cache policy options of sm120_config (module_utils/sm120.py decides; drift_info reads the same)."""
 
     DOCUMENTATION = r"""
 options:
@@ -48,8 +48,11 @@ options:
   files:
     description:
       - File name (relative to each model directory, no leading C(/), no C(..)) mapped to the non-empty list of key
-        paths that must be absent from it, in the syntax of the O(gpufleet.vllm.model_config#module:absent) option of
-        M(gpufleet.vllm.model_config).
+        paths that must be absent from it.
+      - A key path is a dotted string. Each segment is matched against object keys with shell-style wildcards
+        (case-sensitive); C(*) matches any key at one level, C(**) matches any number of levels including none, so
+        C(**.kv_cache_scheme) means "wherever it sits". A backslash escapes a dot that is part of a key
+        (C(a\.b)). Array elements are levels too (keys C(0), C(1), ...), but only object members are removed.
     type: dict
     default:
       config.json:

@@ -71,7 +71,7 @@ def _number(text):
 
 _DECODER = json.JSONDecoder(parse_int=_number)
 
-# Bounds (documented in the model_config module).
+# Bounds (documented in the sm120_config module's notes).
 MAX_DEPTH = 128                 # nesting of objects and arrays
 MAX_SIZE = 16 * 1024 * 1024     # default cap on the size of one file, in bytes (memory: about 65x in the worst case)
 LIST_LIMIT = 1000               # removed members listed per file in a result (all are counted)

@@ -5,9 +5,9 @@
 
 """The model config edit of a module: which files, plan them all, write them, sum up.
 
-Shared by the ``model_config`` module (one directory or one file) and the
-``sm120_config`` module (every model directory of the fleet, all planned
-before any is written). The text edit itself is :mod:`jsonedit`'s; this file
+Used by the ``sm120_config`` module (every model directory of the fleet,
+all planned before any is written); the audit (drift_info) plans with
+:mod:`jsonedit` directly. The text edit itself is :mod:`jsonedit`'s; this file
 holds the steps around it:
 
 - :func:`entries`: the files to consider for a ``path`` and its ``files`` or

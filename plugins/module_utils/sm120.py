@@ -5,7 +5,7 @@
 
 """The SM120 decision, in one place: which keys, on which GPUs, under which policy.
 
-The ``sm120_config`` role (through the ``sm120_plan`` module) and the audit
+The ``sm120_config`` role (through the ``sm120_config`` module) and the audit
 (``drift.gather``, the ``drift_info`` module) both ask the same question:
 must the FP8 KV-cache quantization keys be absent from this host's model
 configs?  This module answers it once:
@@ -24,10 +24,10 @@ configs?  This module answers it once:
   check mode before the GPUs can be read), what is known of the GPUs and
   the reason in words an operator can act on.
 - :func:`files_problems` and :func:`module_files` check and convert the
-  role's ``file name -> key paths`` map into the ``files`` option of the
-  ``model_config`` module.
-- :func:`summarize` turns the plan and apply results of ``model_config`` into
-  the role's ``sm120_config_result``.
+  role's ``file name -> key paths`` map into the per-file list that
+  module_utils/modelconfig.py plans and edits (name, absent, required).
+- :func:`summarize` turns the plan and edit results of each model directory
+  (modelconfig's, one per directory) into the role's ``sm120_config_result``.
 
 The reasons name the role's variables, because those are what an operator
 changes to get another answer.
@@ -295,7 +295,7 @@ def files_problems(files, required_files=(), names=("fleet_config_files", "fleet
 
 
 def module_files(files, required_files=()):
-    """The ``files`` option of the model_config module for a checked ``file name -> key paths`` map."""
+    """The per-file list modelconfig plans and edits (name, absent, required) of a checked name -> key paths map."""
     required = set(required_files or ())
     return [{"name": name, "absent": list(keys), "required": name in required} for name, keys in files.items()]
 
@@ -322,9 +322,9 @@ def _dir_entry(path, result):
 def summarize(decision, forced, check_mode, plans=(), applied=()):
     """The role's ``sm120_config_result`` from the decision and the registered loop results.
 
-    ``plans``: the results of the plan task (model_config in check mode,
+    ``plans``: the plan of each directory (modelconfig's edit in check mode,
     one per directory, ``item`` the directory; skipped items are left out).
-    ``applied``: the results of the edit task (``item`` the plan result it
+    ``applied``: the results of the edits (``item`` the plan result each
     acted on).  A directory edited takes the edit's result, one left alone
     its plan's.  ``check_mode``: the run's, used when nothing was edited.
     """

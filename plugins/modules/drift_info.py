@@ -20,7 +20,7 @@ description:
   - B(Integrity and build.) That environment's vLLM is checked against the sha256 hashes of its RECORD, with the
     same code as M(gpufleet.vllm.package_integrity_info). The build is the installed version.
   - B(SM120 model configs.) The edits that the C(sm120_config) role would make to the model directories are
-    planned, and the keys still present are counted. The plan uses the same code as M(gpufleet.vllm.model_config),
+    planned, and the keys still present are counted. The plan uses the same code as M(gpufleet.vllm.sm120_config),
     and nothing is written.
   - B(Debug dumps.) The files that the C(debug_artifacts) role would remove are counted, with their bytes. The scan
     uses the same code as M(gpufleet.vllm.remove_artifacts), and nothing is removed.
@@ -75,8 +75,8 @@ options:
     default: []
   model_files:
     description:
-      - The files of each model directory and the key paths that must be absent, as in the O(gpufleet.vllm.model_config#module:files)
-        option of M(gpufleet.vllm.model_config).
+      - The files of each model directory and the key paths that must be absent (the key path syntax of
+        O(gpufleet.vllm.sm120_config#module:files)), each file with whether it must exist.
       - Left out (and O(model_keys) too), C(config.json) with C(**.kv_cache_scheme) and C(hf_quant_config.json) with
         C(quantization.kv_cache_quant_algo), both optional.
       - Mutually exclusive with O(model_keys).
@@ -116,7 +116,7 @@ options:
   model_symlinks:
     description:
       - How the C(sm120_config) role edits a config that is a symbolic link (the Hugging Face cache layout). This is
-        the O(gpufleet.vllm.model_config#module:symlinks) option of M(gpufleet.vllm.model_config).
+        the O(gpufleet.vllm.sm120_config#module:symlinks) option of M(gpufleet.vllm.sm120_config).
       - With V(refuse), a link that would need an edit is V(config) drift, because the role would stop on it.
     type: str
     choices: [refuse, copy, follow]
@@ -312,7 +312,7 @@ requirements:
     GPUs. Without it the row says V(gpus) drift, and O(config_policy=auto) treats the keys as allowed.
 seealso:
   - module: gpufleet.vllm.package_integrity_info
-  - module: gpufleet.vllm.model_config
+  - module: gpufleet.vllm.sm120_config
   - module: gpufleet.vllm.remove_artifacts
   - module: gpufleet.vllm.nvml_vram_info
 author: gpufleet.vllm developers (@gpufleet)
@@ -630,7 +630,11 @@ configs:
       description: The row of O(config_builds) that took it (C(index) from 0, C(versions), C(fp8_kv_cache_on_sm120), C(note)), or null.
       type: dict
     files:
-      description: One entry per file, as RV(gpufleet.vllm.model_config#module:files) of M(gpufleet.vllm.model_config) in check mode.
+      description:
+        - One entry per file, as planned (nothing written) - C(path), C(exists), C(changed) (keys would be removed),
+          C(skipped) (why a missing, not required file was skipped), C(removed) (C(key), C(value) of each member, at
+          most 1000), C(removed_count), C(removed_truncated) and C(symlink) (null for a regular file; for a link its
+          C(link), C(target) and C(shared_with)).
       type: list
       elements: dict
     errors:

@@ -14,9 +14,9 @@ short_description: Remove the SM120 KV-cache keys from the model configs of a ho
 version_added: 0.1.0
 description:
   - The work of the C(gpufleet.vllm.sm120_config) role in one task. It checks the settings, reads the GPUs through NVML
-    when the decision needs them, decides whether the FP8 KV-cache quantization keys must be absent (the decision of
-    M(gpufleet.vllm.sm120_plan), shared with the audit), plans the edit of every model directory and then removes the
-    keys as M(gpufleet.vllm.model_config) does.
+    when the decision needs them, decides whether the FP8 KV-cache quantization keys must be absent (the decision
+    M(gpufleet.vllm.drift_info) shares for the audit), plans the edit of every model directory and then removes the
+    keys.
   - The settings (O(files), O(required_files), O(builds)) are checked before anything is read; an error fails the task
     with nothing read or changed.
   - The GPUs are read only when the decision needs them (policy V(auto), a model directory, O(detect), and a build
@@ -24,7 +24,11 @@ description:
     quoted in RV(reason) and nothing changes (unless O(force)).
   - Every model directory is planned (every file read and checked) before any file is written, so a malformed JSON
     file, a missing required file or a refused link in any directory fails the task with no file changed anywhere.
-  - Only the removed members change in a file, byte for byte; writes are atomic, with an optional backup.
+  - Only the removed members change in a file. Indentation, key order, number spelling, escapes, non-ASCII text, line
+    endings and the trailing newline are kept byte for byte, because the edit is made on the text, not by
+    re-serialising the document. A file that has none of the keys is not written at all.
+  - Writes are atomic (a temporary file in the same directory renamed over the original), keep mode, owner and
+    SELinux context, with an optional backup.
   - Returns the role's result at the top level (RV(action), RV(applied), RV(sm120), RV(forced), RV(reason),
     RV(summary), RV(build), RV(build_row), RV(check_mode), RV(changed), RV(removed_count), RV(dirs)) and RV(lines),
     one line per directory. The role registers it as C(sm120_config_result).
@@ -39,9 +43,21 @@ options:
     default: []
   symlinks:
     description:
-      - What to do when a file that needs an edit is a symbolic link (the Hugging Face cache layout), as the
-        O(gpufleet.vllm.model_config#module:symlinks) option of M(gpufleet.vllm.model_config) - V(refuse) fails,
-        V(copy) replaces the link by an edited file, V(follow) edits the target when it is not shared.
+      - What to do when a file that needs an edit is a symbolic link (the Hugging Face cache layout, where
+        C(snapshots/<rev>/config.json) links into C(blobs/) and one blob is shared by every snapshot with that file).
+      - V(refuse) fails with an explanation and changes nothing.
+      - V(copy) replaces the link in this directory by an edited regular file (mode and owner taken from the target)
+        and leaves the target untouched, so other snapshots sharing the blob keep the original. This is the right
+        choice for a Hugging Face cache; C(huggingface_hub) keeps an existing snapshot file and does not put the link
+        back on the next download of the same revision. With O(backup), the backup is a link with the same target as
+        the replaced one, so renaming it back restores the snapshot exactly.
+      - V(follow) edits the link's target in place. It is refused when another link in the cache repo's
+        C(snapshots/) resolves to the same blob, or when the target has other hard links. Links outside a Hugging
+        Face cache layout cannot all be found; use V(follow) only when you know the target is not shared.
+      - A file reached through a directory link that leads outside the model directory counts as a link too.
+        V(refuse) and V(copy) refuse to edit it (a copy would be written into the outside directory); V(follow)
+        edits the file there, with the same checks.
+      - A link whose file needs no edit is never touched, whatever this option says.
     type: str
     choices: [refuse, copy, follow]
     default: refuse
@@ -105,12 +121,24 @@ notes:
     driver reads as an NVML error.
   - Sets the fact C(gpufleet_gpus) (as M(gpufleet.vllm.nvml_vram_info) with C(register_facts=true) does) when it read the
     GPUs.
+  - JSON files must be UTF-8. A byte order mark is kept. UTF-16 text, bytes that are not UTF-8 and NUL bytes are
+    refused with the line and column. Errors name the file, and for malformed JSON the line and column, what is there
+    (a trailing comma, a comment, a single-quoted string, ...) and the line itself; the file is left byte-identical.
+  - "Bounds: files larger than O(max_size) are refused unread; objects and arrays nested deeper than 128 levels are
+    refused; the search for other links to a Hugging Face cache blob (O(symlinks=follow)) looks at no more than
+    100000 entries and 16 directory levels under C(snapshots/), does not follow directory links, and refuses
+    V(follow) when it could not look everywhere."
+  - Keys with the same name (duplicate keys) are all removed. A key repeated in one object with values of different
+    kinds (an object, then a number) is refused when a key to remove lies inside one of them, because a JSON reader
+    keeps only the last one; the message names both places.
 requirements:
   - Python 3.10 or newer on the managed host.
   - nvidia-ml-py (module C(pynvml)) in the interpreter or in one of O(nvml_venvs), when the GPUs are read.
 seealso:
-  - module: gpufleet.vllm.sm120_plan
-  - module: gpufleet.vllm.model_config
+  - module: gpufleet.vllm.drift_info
+  - name: Hugging Face cache layout
+    description: How snapshots link into blobs.
+    link: https://huggingface.co/docs/huggingface_hub/guides/manage-cache
   - module: gpufleet.vllm.nvml_vram_info
 author: gpufleet.vllm developers (@gpufleet)
 """

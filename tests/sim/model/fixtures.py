@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Realistic model directories for the model_config tests and the dirty host.
+"""Realistic model directories for the model config edit tests and the dirty host.
 
 Standard library only, so the molecule preparation can copy this file to a
 test host and run it there::

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The SM120 decision (module_utils/sm120.py) as a table of cases, and the sm120_plan module around it."""
+"""The SM120 decision (module_utils/sm120.py) as a table of cases (the sm120_config module runs it: its own tests)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -12,9 +12,7 @@ import os
 import pytest
 import yaml
 
-from helpers import module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
-from ansible_collections.gpufleet.vllm.plugins.modules import sm120_plan
 
 DIRS = ["/shared/kimi-k2.5-nvfp4"]
 BLACKWELL = {"available": True, "sm120": True, "compute_capabilities": ["12.0"]}
@@ -334,65 +332,3 @@ def test_summary_of_a_skip_has_no_directory():
     assert result["forced"] is True and result["check_mode"] is True and result["action"] == "skip"
     assert sm120.report_lines(result) == []
 
-
-# ------------------------------------------------------------------ the sm120_plan module
-
-
-@pytest.fixture
-def run(capsys):
-    return module_runner(sm120_plan.main, capsys)
-
-
-def test_module_decides_from_the_gpus_and_returns_the_files(run):
-    rc, res = run({"model_dirs": DIRS + DIRS, "gpus": BLACKWELL})
-    assert rc == 0, res
-    assert res["changed"] is False
-    assert (res["policy"], res["read_gpus"], res["action"], res["sm120"]) == ("auto", True, "apply", True)
-    assert res["reason"].startswith("The GPUs report compute capability 12.0 (SM120)")
-    assert res["model_dirs"] == DIRS
-    assert res["files"][0] == {"name": "config.json", "absent": ["**.kv_cache_scheme", "**.kv_cache_quant_algo"],
-                               "required": True}
-    assert "result" not in res
-
-
-def test_module_previews_in_check_mode_without_host_tools(run):
-    rc, res = run({"model_dirs": DIRS}, check=True)
-    assert rc == 0 and res["action"] == "preview" and res["sm120"] is None
-    rc, res = run({"model_dirs": DIRS})
-    assert rc == 0 and res["action"] == "skip" and "(no answer)" in res["reason"]
-
-
-def test_module_policy_off_needs_no_gpus(run):
-    rc, res = run({"model_dirs": DIRS, "strip_kv_cache_keys": False, "force": True})
-    assert rc == 0
-    assert (res["policy"], res["read_gpus"], res["action"]) == ("keep", False, "skip")
-
-
-def test_module_fails_on_bad_files_naming_them(run):
-    rc, res = run({"files": {"../config.json": ["**.kv_cache_scheme"]}, "required_files": ["tokenizer.json"]})
-    assert rc == 1 and res["failed"] is True and res["changed"] is False
-    assert '"../config.json" (a name with "..")' in res["msg"]
-    assert 'unknown: "tokenizer.json".' in res["msg"] and res["msg"].endswith("Nothing was changed.")
-
-
-def test_module_keeps_the_keys_for_a_build_of_the_table(run):
-    rc, res = run({"model_dirs": DIRS, "build": "0.33.0", "builds": TABLE})
-    assert rc == 0, res
-    assert (res["read_gpus"], res["action"], res["build"]) == (False, "skip", "0.33.0")
-    assert res["build_row"] == dict(TABLE[1], index=1)
-    assert res["summary"] == 'keys kept: vLLM 0.33.0, fleet_sm120_fp8_kv_cache_builds[1] ">=0.19.0"'
-
-
-def test_module_fails_on_a_bad_table_naming_the_row(run):
-    rc, res = run({"model_dirs": DIRS, "build": "0.33.0", "builds": [TABLE[0], {"versions": "0.19"}]})
-    assert rc == 1 and res["failed"] is True and res["changed"] is False
-    assert "fleet_sm120_fp8_kv_cache_builds[1].versions" in res["msg"] and res["msg"].endswith("Nothing was changed.")
-
-
-def test_module_sums_up_the_role_result(run):
-    plan_a = _plan("/m/a", [CONFIG_REMOVED])
-    rc, res = run({"model_dirs": ["/m/a"], "force": True, "plans": [plan_a], "applied": []})
-    assert rc == 0
-    assert res["result"]["forced"] is True and res["result"]["action"] == "apply"
-    assert res["result"]["dirs"][0]["removed_count"] == 1 and res["result"]["changed"] is False
-    assert res["lines"] == ["removed 1 key(s) in /m/a: quantization_config.kv_cache_scheme"]

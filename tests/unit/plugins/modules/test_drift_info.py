@@ -417,7 +417,7 @@ def test_integrity_text_names_files_whole_and_counts_the_rest():
 
 
 def test_config_behind_a_directory_link_outside_the_model_dir_is_config_drift(host, tmp_path):
-    """The audit judges a directory link as model_config does (resolved per component, not only the file)."""
+    """The audit judges a directory link as sm120_config does (resolved per component, not only the file)."""
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "config.json").write_text('{"quantization_config": {"kv_cache_scheme": {"num_bits": 8}}}')

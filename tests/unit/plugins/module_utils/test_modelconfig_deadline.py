@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.model_config: an overall timeout checked between files; a clean failure that says what was written."""
+"""The model config edit (module_utils/modelconfig.py): an overall timeout checked between files; a clean failure
+that says what was written."""
 
 import json
 
 import pytest
 
 from helpers import module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import model_config
+import modelconfig_edit
 
 NAMES = ["a.json", "b.json", "c.json"]
 TEXT = '{\n  "keep": 1,\n  "kv_cache_scheme": {"num_bits": 8}\n}\n'
@@ -14,7 +15,7 @@ TEXT = '{\n  "keep": 1,\n  "kv_cache_scheme": {"num_bits": 8}\n}\n'
 
 @pytest.fixture
 def run(capsys):
-    return module_runner(model_config.main, capsys)
+    return module_runner(modelconfig_edit.main, capsys)
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ def model(tmp_path):
 @pytest.fixture
 def clock(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(model_config, "_clock", lambda: now[0])
+    monkeypatch.setattr(modelconfig_edit, "_clock", lambda: now[0])
     return now
 
 
@@ -37,13 +38,13 @@ def args(model, **extra):
 
 
 def test_time_up_while_planning_changes_nothing(model, run, clock, monkeypatch):
-    real = model_config.plan_file
+    real = modelconfig_edit.plan_file
 
     def slow(*a, **kw):
         clock[0] += 100
         return real(*a, **kw)
 
-    monkeypatch.setattr(model_config, "plan_file", slow)
+    monkeypatch.setattr(modelconfig_edit, "plan_file", slow)
     rc, res = run(args(model))
     assert rc == 1 and res["changed"] is False
     assert res["msg"] == ("The time limit of 150 s (timeout) passed before %s/c.json was planned. Nothing was changed "
@@ -53,13 +54,13 @@ def test_time_up_while_planning_changes_nothing(model, run, clock, monkeypatch):
 
 
 def test_time_up_while_writing_names_the_files_written_and_backups(model, run, clock, monkeypatch):
-    real = model_config.write_plan
+    real = modelconfig_edit.write_plan
 
     def slow(*a, **kw):
         clock[0] += 100
         return real(*a, **kw)
 
-    monkeypatch.setattr(model_config, "write_plan", slow)
+    monkeypatch.setattr(modelconfig_edit, "write_plan", slow)
     rc, res = run(args(model, backup=True))
     assert rc == 1 and res["changed"] is True
     written = ["%s/%s" % (model, n) for n in NAMES[:2]]

@@ -2,7 +2,8 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.model_config, run in-process against realistic model dirs."""
+"""The model config edit (module_utils/modelconfig.py, as sm120_config runs it on each model directory), in-process
+against realistic model dirs."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -14,7 +15,7 @@ import stat
 import pytest
 
 from helpers import load_source, module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import model_config
+import modelconfig_edit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 KV_KEYS = ('"kv_cache_scheme"', '"kv_cache_quant_algo"')
@@ -27,7 +28,7 @@ fixtures = load_source('gpufleet_model_fixtures', 'tests', 'sim', 'model', 'fixt
 @pytest.fixture
 def run(capsys):
     """run(args, check=False, diff=False) -> (exit code, result dict)."""
-    return module_runner(model_config.main, capsys)
+    return module_runner(modelconfig_edit.main, capsys)
 
 
 def _snapshot(paths):

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.model_config against hostile input and odd trees (issue 14):
+"""The model config edit (module_utils/modelconfig.py) against hostile input and odd trees:
 directory links leading outside the model directory, repeated parent keys,
 deep nesting, unwritable directories, oversized files, syntax errors named in
 words, odd encodings, and a fuzz test of the whole parse, edit and write path."""
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import module_runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils import jsonedit
-from ansible_collections.gpufleet.vllm.plugins.modules import model_config
+import modelconfig_edit
 
 KV = {'num_bits': 8, 'type': 'float', 'strategy': 'tensor'}
 CONFIG = {'architectures': ['X'], 'quantization_config': {'kv_cache_scheme': KV, 'quant_method': 'fp8'}, 'hidden_size': 7}
@@ -29,7 +29,7 @@ CLEAN = {'architectures': ['X'], 'quantization_config': {'quant_method': 'fp8'},
 
 @pytest.fixture
 def run(capsys):
-    return module_runner(model_config.main, capsys)
+    return module_runner(modelconfig_edit.main, capsys)
 
 
 def _write(path, data):
