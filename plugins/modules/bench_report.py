@@ -125,6 +125,7 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -133,9 +134,6 @@ attributes:
   diff_mode:
     support: full
     details: The Markdown report before and after.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Host and file names are plain names (letters, digits, C(.), C(_), C(+), C(-)); anything else is refused.
   - Every value that comes from a host (host and model names, messages, figures of a C(summary.json)) is escaped in

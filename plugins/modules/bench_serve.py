@@ -163,6 +163,7 @@ options:
     type: int
     default: 64
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -170,9 +171,6 @@ attributes:
     details: Checks the server once and returns the command of every level in RV(levels[].argv); runs nothing.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - A benchmark loads the server; run it on purpose, not as part of a drift check.
   - C(VLLM_TARGET_DEVICE=cpu) in O(environment) makes the client use vLLM's CPU platform, so that it neither probes

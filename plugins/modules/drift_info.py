@@ -286,16 +286,8 @@ options:
     default: 262144
 extends_documentation_fragment:
   - gpufleet.vllm.nvml_expect
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module never changes anything, so check mode runs it as it is.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The integrity check reads and hashes every file of the distribution, so it takes a second or two for a vLLM
     wheel. This is the whole cost of the module. The whole run is bounded by O(timeout); the dump scan also by

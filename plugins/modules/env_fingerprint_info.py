@@ -118,17 +118,12 @@ options:
     type: int
     default: 600
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
 attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode returns the same result.
   diff_mode:
-    support: none
+    support: N/A
     details: Nothing is edited. Differences from the expected set are returned in RV(missing), RV(extra) and RV(different).
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The fingerprint is C(sha256:) and the hexadecimal SHA-256 of the sorted lines C(name==version), one per installed
     distribution, each ending in a newline, name and version in their canonical spelling.

@@ -67,16 +67,8 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode returns the same result.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The space reserved for root (ext4 keeps 5% by default) is not counted as free, as C(df) does not count it.
 requirements:

@@ -146,16 +146,8 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode runs the same queries and judgement.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Needs the NVIDIA driver (its C(libnvidia-ml.so.1)) and the Python package nvidia-ml-py on the managed host.
   - Reading other users' processes (their names, and C(/proc) for O(allowed_parent_pid)) needs C(become).

@@ -92,6 +92,7 @@ options:
     type: float
     default: 5.0
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -102,9 +103,6 @@ attributes:
   diff_mode:
     support: full
     details: The server's admin state before and after.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Run it where the socket is, usually the balancer's host (C(delegate_to)), as a user who may open the socket.
   - A server is RV(servers[].serving) when its admin state is V(ready) and its status C(UP), C(UP n/m) (HAProxy

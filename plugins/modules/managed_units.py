@@ -67,6 +67,7 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -74,9 +75,6 @@ attributes:
     details: Without O(enabled) the module only reads. With it, check mode changes nothing and says what it would.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - Python 3.10 or newer on the managed host (standard library only), and C(systemctl).
 seealso:

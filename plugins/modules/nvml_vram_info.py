@@ -66,16 +66,8 @@ options:
     default: false
 extends_documentation_fragment:
   - gpufleet.vllm.nvml_expect
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode runs the same queries and checks.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Needs the NVIDIA driver (its C(libnvidia-ml.so.1)) and the Python package nvidia-ml-py on the managed host; the
     collection's roles install nvidia-ml-py where they need it (from a wheelhouse on air-gapped fleets).

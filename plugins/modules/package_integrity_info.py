@@ -155,17 +155,12 @@ options:
     type: int
     default: 600
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
 attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode returns the same result.
   diff_mode:
-    support: none
+    support: N/A
     details: Nothing is edited. Differences from the wheel are returned in RV(diffs).
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Files are hashed in a thread pool, largest first, through a small buffer per thread, so a large C(.so) is never
     read whole and memory stays low. The size is compared before hashing; a file whose size differs is not hashed.

@@ -99,6 +99,7 @@ options:
     type: int
     default: 600
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -107,9 +108,6 @@ attributes:
   diff_mode:
     support: full
     details: The list of matching files before and after.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Sizes are apparent sizes (C(st_size)); RV(bytes_freed_human) uses decimal units (1 MB = 1,000,000 bytes).
   - A matching link counts with size 0 (removing it frees no data).

@@ -41,6 +41,7 @@ options:
     type: int
     default: 268435456
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -48,9 +49,6 @@ attributes:
     details: In check mode nothing is written; the paths are checked and returned all the same.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: gpufleet.vllm.drift_info
   - module: gpufleet.vllm.rollout_summary

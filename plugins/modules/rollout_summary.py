@@ -36,6 +36,7 @@ options:
     elements: list
     default: []
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -43,9 +44,6 @@ attributes:
     details: In check mode nothing is written; the lines are returned all the same.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 seealso:
   - module: gpufleet.vllm.bench_report
 author:

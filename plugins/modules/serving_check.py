@@ -52,25 +52,19 @@ options:
       - If V(false), the fit is checked against C(CUDA_VISIBLE_DEVICES) alone, when it is set.
     type: bool
     default: true
-  nvml_venvs:
-    description: Virtual environments whose nvidia-ml-py is loaded when this interpreter has none (the host tools).
-    type: list
-    elements: path
-    default: []
   call_timeout:
     description: Seconds NVML may take to answer before the GPUs count as not read.
     type: int
     default: 60
 extends_documentation_fragment:
+  - gpufleet.vllm.nvml_venvs
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - vLLM runs one worker per GPU, tensor x pipeline x (local) data parallel of them, on the first GPUs of
     C(CUDA_VISIBLE_DEVICES) (all the host's GPUs when it is not set).

@@ -78,15 +78,6 @@ options:
         C(available), C(sm120) and C(compute_capabilities) are read. Used when the GPUs are not read by this task.
       - Left out, the GPUs are unknown until this task reads them.
     type: dict
-  nvml_venvs:
-    description:
-      - Venvs whose nvidia-ml-py (C(pynvml.py)) is used when the interpreter running the module cannot import
-        C(pynvml), for example the C(host_tools) role's venv.
-      - Only that one file is loaded. The venv's C(site-packages) is not added to the import path, and its C(.pth)
-        files are not run.
-    type: list
-    elements: path
-    default: []
   host_tools_ready:
     description:
       - Whether the C(gpufleet.vllm.host_tools) venv that reads the GPUs exists. V(false), the GPUs are not read; in
@@ -102,7 +93,9 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
+  - gpufleet.vllm.nvml_venvs
   - gpufleet.vllm.sm120_policy
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -113,9 +106,6 @@ attributes:
     details:
       - The before and after text of every file that changes, in every model directory; for a very large file, one
         line that says how many keys go.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Never runs a command. NVML is read in a thread given at most 60 seconds (less when O(timeout) leaves less); a hung
     driver reads as an NVML error.

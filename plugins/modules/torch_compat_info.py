@@ -29,13 +29,6 @@ options:
     description: The virtual environment whose torch is checked (its C(lib/pythonX.Y/site-packages)).
     type: path
     required: true
-  nvml_venvs:
-    description:
-      - Virtual environments to load nvidia-ml-py's C(pynvml.py) from when this interpreter has none (the collection's
-        host tools). Only that one file is loaded.
-    type: list
-    elements: path
-    default: []
   call_timeout:
     description: Seconds NVML may take to answer; past it NVML counts as unavailable (a problem).
     type: int
@@ -49,16 +42,9 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - gpufleet.vllm.nvml_venvs
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode runs the same checks.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The architecture list is the text C(torch.cuda.get_arch_list) returns, found in C(libtorch_python.so) as a
     string of C(sm_NN) and C(compute_NN) words; a build without one is reported in RV(notes) and its GPUs are not

@@ -190,6 +190,7 @@ options:
         type: float
         default: 0.5
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
   - gpufleet.vllm.vllm_server
 attributes:
@@ -201,9 +202,6 @@ attributes:
     support: full
     details:
       - The diff shows the target of O(link) before and after.
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The readiness gate has the bounds of M(gpufleet.vllm.vllm_ready). Each HTTP request ends within
     O(request_timeout) seconds in all (not per read), capped by the time left before O(timeout); at most

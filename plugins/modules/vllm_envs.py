@@ -137,6 +137,7 @@ options:
     type: str
     default: ""
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -147,9 +148,6 @@ attributes:
   diff_mode:
     support: full
     details: The staged environments before and after the cleanup.
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - Python 3.10 or newer on the managed host (standard library only).
 notes:

@@ -94,16 +94,8 @@ options:
     elements: path
     default: []
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes.info_module
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-    details: The module only reads; check mode reads and waits the same way.
-  diff_mode:
-    support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - The page is read as vLLM serves it, in Prometheus text format (the request asks for C(text/plain; version=0.0.4)).
   - vLLM reports its scheduler's gauges per engine; the module sums them. With several models behind one address (a

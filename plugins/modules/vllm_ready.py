@@ -63,6 +63,7 @@ options:
     type: int
     default: 30
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
   - gpufleet.vllm.vllm_server
 attributes:
@@ -73,9 +74,6 @@ attributes:
         the result in RV(ready) and RV(msg) without failing.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 notes:
   - Bounds. Each HTTP request ends within O(request_timeout) seconds in all (connect, status line, headers and body,
     not per read; a server that trickles bytes is cut off), capped by the time left before O(timeout), but never

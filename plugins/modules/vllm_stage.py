@@ -152,6 +152,7 @@ options:
     type: int
     default: 10
 extends_documentation_fragment:
+  - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
@@ -161,9 +162,6 @@ attributes:
         runs none of them.
   diff_mode:
     support: none
-  platform:
-    support: full
-    platforms: posix
 requirements:
   - Python 3.10 or newer on the managed host (standard library only), and uv 0.2 or newer (C(uv venv --allow-existing)).
 notes:

@@ -93,9 +93,18 @@ def test_every_module_is_documented_under_its_own_name(name):
     assert doc["module"] == name
     assert doc.get("short_description") and doc.get("description") and doc.get("author")
     assert doc.get("version_added") == "0.1.0", "nothing was released before 0.1.0"
-    assert "check_mode" in (doc.get("attributes") or {}) or any(
-        "attributes" in fragment for fragment in doc.get("extends_documentation_fragment") or []), (
-        "%s does not declare its attributes (check_mode, diff_mode, platform)" % name)
+    fragments = doc.get("extends_documentation_fragment") or []
+    shared = [f for f in fragments if f in ("gpufleet.vllm.attributes", "gpufleet.vllm.attributes.info_module")]
+    assert len(shared) == 1 and "ansible.builtin.action_common_attributes" in fragments, (
+        "%s does not extend its attributes from one of the collection's attributes fragments and ansible-core's" % name)
+    # (of two fragments that set one attribute the first wins: ours gives the support, ansible-core's the words)
+    assert fragments.index(shared[0]) < fragments.index("ansible.builtin.action_common_attributes")
+    reads_only = name.endswith("_info")
+    assert (shared[0] == "gpufleet.vllm.attributes.info_module") == reads_only, (
+        "a module that only reads is named *_info and uses the info_module attributes, and only such a module")
+    if not reads_only:
+        assert set(doc.get("attributes") or {}) >= {"check_mode", "diff_mode"}, (
+            "%s edits: it says itself what its check mode and diff mode do" % name)
     examples = yaml.safe_load(docs["EXAMPLES"])
     assert examples and any(PREFIX + name in task for task in examples), "%s's examples do not call it" % name
     assert isinstance(yaml.safe_load(docs["RETURN"]), dict)
@@ -106,6 +115,17 @@ def test_info_modules_only_read(name):
     with open(os.path.join(MODULES_DIR, name + ".py"), encoding="utf-8") as handle:
         source = handle.read()
     assert not re.search(r"[\"']?changed[\"']?\s*[=:]\s*True\b", source), "%s may report a change" % name
+
+
+def test_every_doc_fragment_is_used():
+    fragments = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "plugins", "doc_fragments", "*.py")))
+    text = ""
+    for kind in ("modules", "filter", "lookup", "callback"):
+        for path in glob.glob(os.path.join(REPO, "plugins", kind, "*.*")):
+            with open(path, encoding="utf-8") as handle:
+                text += handle.read()
+    unused = [f for f in fragments if not re.search(r"gpufleet\.vllm\.%s\b" % f, text)]
+    assert not unused, "doc fragments no plugin extends: %s" % unused
 
 
 def _uses():
