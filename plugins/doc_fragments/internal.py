@@ -17,3 +17,11 @@ notes:
     is not a stable interface - its input and its result follow those roles and may change in any release. In a
     playbook of your own, use the collection's modules and its other filters.
 """
+
+    MODULE = r"""
+options: {}
+notes:
+  - This module is a step of the collection's own roles and playbooks, exported only because their YAML calls it. It
+    is not a stable interface - its options and its result follow those roles and may change in any release. In a
+    playbook of your own, run the role or playbook that calls it.
+"""

@@ -127,6 +127,7 @@ options:
 extends_documentation_fragment:
   - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
+  - gpufleet.vllm.internal.module
 attributes:
   check_mode:
     support: full

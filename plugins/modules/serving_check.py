@@ -60,6 +60,7 @@ extends_documentation_fragment:
   - gpufleet.vllm.nvml_venvs
   - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
+  - gpufleet.vllm.internal.module
 attributes:
   check_mode:
     support: full

@@ -117,6 +117,24 @@ def test_info_modules_only_read(name):
     assert not re.search(r"[\"']?changed[\"']?\s*[=:]\s*True\b", source), "%s may report a change" % name
 
 
+def _calls(name):
+    """Where a role or playbook runs module NAME as a task."""
+    pattern = re.compile(r"^\s*-?\s*gpufleet\.vllm\.%s:\s*$" % re.escape(name))
+    return [(path, number) for path, number, line in _uses()
+            if path.startswith(("roles", "playbooks")) and path.endswith(".yml") and pattern.match(line)]
+
+
+def _internal():
+    """The modules documented as steps of the collection's own roles and playbooks (gpufleet.vllm.internal.module)."""
+    return [name for name in MODULES if "gpufleet.vllm.internal.module" in (
+        yaml.safe_load(_docs(name)["DOCUMENTATION"]).get("extends_documentation_fragment") or [])]
+
+
+@pytest.mark.parametrize("name", _internal(), ids=str)
+def test_an_internal_module_is_a_step_of_a_role_or_playbook(name):
+    assert _calls(name), "%s is marked internal, but no role or playbook runs it: remove it" % name
+
+
 def test_every_doc_fragment_is_used():
     fragments = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "plugins", "doc_fragments", "*.py")))
     text = ""
