@@ -37,7 +37,7 @@ def test_check_mode_predicted_a_build(host):
     predicted = read_json(host, "check-mode.json")
     assert predicted["target_version"] == "0.33.0"
     assert predicted["stage_action"] == "build"
-    assert predicted["switched"] is True
+    assert predicted["check_mode"] is True
     assert predicted["staged_env"].startswith("/opt/vllm/envs/vllm-0.33.0-")
 
 
@@ -49,7 +49,7 @@ def test_in_place_refused_a_wheel_that_is_not_the_locks_before_the_stop(host):
     assert msg.startswith("Refused before the stop on reinstall-2: the index serves a wheel of vllm 0.33.0 whose sha256 (sha256:")
     assert "differs from the lock's (sha256:" in msg
     assert "a tampered or overwritten mirror" in msg
-    assert "The unit vllm-kimi-k25 was not stopped and /root/ml-env was not changed." in msg
+    assert "Nothing was stopped and /root/ml-env was not changed." in msg
     # the same process served throughout, and not one entry of the environment changed (path, type, size, mtime,
     # inode, mode, link target); only link counts may drop: the cache clean-up before the fetch removed uv's cache
     # entries that the dirty host's files were hard links of
@@ -96,10 +96,20 @@ def test_in_place_cleaned_uv_cache(host):
         assert cache_files_with(host, marker) == [], marker
 
 
+def test_in_place_install_refused_while_the_unit_ran(host):
+    record = read_json(host, "in-place.json")
+    assert record["running"]["failed"] is True
+    assert "still runs" in record["running"]["msg"]
+    assert "Nothing was changed" in record["running"]["msg"]
+    assert record["running"]["pid_after"] == record["pid_before"] > 0
+
+
 def test_in_place_restarted_the_unit_and_second_run_did_nothing(host):
     record = read_json(host, "in-place.json")
     assert record["venv"] == ADOPTED
     assert record["first_needed"] is True
+    # started again by the service role's cutover, through its readiness gate
+    assert record["first_ready"] is True
     assert record["second_needed"] is False
     assert host.service(UNIT).is_running
     pid_now = int(host.check_output("systemctl show -p MainPID --value %s", UNIT))

@@ -105,7 +105,7 @@ def test_no_option_is_given_twice_in_an_entry_point(role):
 PREFLIGHT_ENTRY = {"reinstall": "preflight", "service": "unit", "balancer": "check"}
 # (options an entry point's own task file sets, whatever the inventory says)
 SET_BY_ENTRY = {("service", "rollback"): {"service_cutover_render"}}
-ROLLOUT_FILES = ["playbooks/tasks/rollout_host.yml", "playbooks/tasks/rollback_host.yml"]
+ROLLOUT_FILES = ["playbooks/tasks/rollout_host.yml", "playbooks/tasks/in_place_host.yml", "playbooks/tasks/rollback_host.yml"]
 
 
 def _includes(tasks):

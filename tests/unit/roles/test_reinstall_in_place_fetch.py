@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+import fakesystemd
 from helpers import REPO, load_source, run_plays
 from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, uvcli
 
@@ -57,7 +58,6 @@ PLAYS = """
     reinstall_index_url: {url}
     reinstall_extra_index_urls: []
     reinstall_min_free_mib: 0
-    reinstall_service_unit: ""
   tasks:
     - name: Run the role
       block:
@@ -202,6 +202,10 @@ def world(tmp_path):
 
 def test_a_tampered_wheel_is_refused_before_the_stop_and_the_install_after_it_downloads_nothing(world, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(world["scratch"]))
+    # a systemd that knows no unit: the install reads the unit's state (it refuses while it runs), never more
+    systemd = world["tmp"] / "systemd"
+    for key, value in fakesystemd.install(str(world["tmp"] / "bin"), str(systemd)).items():
+        monkeypatch.setenv(key, value)
     plays = PLAYS.format(**dict((key, json.dumps(str(value))) for key, value in world.items()))
     errors = run_plays(plays, str(world["tmp"]))
 
@@ -235,6 +239,9 @@ def test_a_tampered_wheel_is_refused_before_the_stop_and_the_install_after_it_do
                              str(world["venv"] / "bin" / "python")], capture_output=True, text=True, timeout=60,
                             check=True).stdout.split()
     assert sorted(listed) == ["lark==1.3.1", "vllm==0.33.0"]
+    # the role stopped and started nothing: that is the service role's
+    verbs = [line.split()[0] for line in (systemd / "calls").read_text().splitlines()] if (systemd / "calls").exists() else []
+    assert not set(verbs) & {"stop", "start", "restart", "kill"}, verbs
 
 
 def test_offline_uv_takes_a_cached_wheel_only_with_the_locks_hash(world):
