@@ -331,4 +331,3 @@ def test_summary_of_a_skip_has_no_directory():
     assert result["dirs"] == [] and result["changed"] is False and result["removed_count"] == 0
     assert result["forced"] is True and result["check_mode"] is True and result["action"] == "skip"
     assert sm120.report_lines(result) == []
-
