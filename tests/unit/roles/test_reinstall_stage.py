@@ -98,7 +98,12 @@ def test_stage_decides_in_one_call(hosts):
 
 def test_stage_reads_and_decides_in_two_tasks_and_builds_in_one():
     with open(os.path.join(REPO, "roles", "reinstall", "tasks", "stage.yml")) as handle:
-        tasks = yaml.safe_load(handle)
+        dispatch = yaml.safe_load(handle)
+    # (in place: its own file; staged: one block)
+    assert dispatch[0]["ansible.builtin.include_tasks"] == "_in_place.yml"
+    assert dispatch[0]["when"] == "reinstall_mode == 'in_place'"
+    assert dispatch[1]["when"] == "reinstall_mode == 'staged'" and len(dispatch) == 2
+    tasks = dispatch[1]["block"]
     # (the values' checks, the one module call that decides and the one set_fact; then, for a build, the one module
     # run that builds, proves or removes: vllm_stage; uv was found by the pre-flight or the role's main)
     assert [next(k for k in task if k.startswith("ansible.builtin.") or k.startswith("gpufleet."))
