@@ -198,6 +198,10 @@ def _up(status):
         or status.startswith("DRAIN ")
 
 
+def _check_result(text):
+    return text[2:] if text.startswith("* ") else text
+
+
 def _serving(admin, status):
     return admin == "ready" and (status == "UP" or status.startswith("UP ") or status == "no check")
 
@@ -248,7 +252,8 @@ def backend_servers(path, backend, timeout=5.0, max_bytes=DEFAULT_MAX_BYTES):
             "port": _int(port or state.get("srv_port")),
             "admin": admin,
             "status": status,
-            "check": row.get("check_status", ""),
+            # (HAProxy marks a check in progress with "* " before the last result: the result is what it says)
+            "check": _check_result(row.get("check_status", "")),
             "check_desc": row.get("check_desc", ""),
             "sessions": _int(row.get("scur")),
             "backup": row.get("bck") == "1",

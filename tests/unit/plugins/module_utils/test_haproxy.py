@@ -139,6 +139,19 @@ def test_show_stat_that_is_not_csv(scripted):
     assert err.value.kind == "answer"
 
 
+def test_a_check_in_progress_reads_as_its_last_result(scripted):
+    # HAProxy's show stat puts "* " before the last check's result while the next check runs
+    stat = ("# pxname,svname,scur,status,check_status,check_desc,addr\n"
+            "vllm,a,0,UP,* L7OK,Layer7 check passed,127.0.0.1:8000\n"
+            "vllm,b,0,DOWN,L7STS,Wrong status,127.0.0.1:8001\n"
+            "vllm,BACKEND,0,UP,,,\n\n")
+    state = ("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_port\n"
+             "3 vllm 1 a 127.0.0.1 2 0 8000\n3 vllm 2 b 127.0.0.1 0 0 8001\n\n")
+    server = scripted(lambda line: (stat if line.startswith("show stat") else state).encode())
+    found = {s["name"]: s["check"] for s in haproxy.backend_servers(server.path, "vllm")}
+    assert found == {"a": "L7OK", "b": "L7STS"}
+
+
 @pytest.mark.parametrize("line", ["show stat\nshutdown frontend fe", "show stat;shutdown frontend fe",
                                   "show stat\rx"])
 def test_command_refuses_a_second_command(scripted, line):
