@@ -38,7 +38,8 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "gpufleet-vllm")
 CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, fingerprint
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import fingerprint
 venv, verify = sys.argv[2], sys.argv[3] == "1"
 env = environment.locate_environment(venv=venv)
 started = time.perf_counter()
@@ -80,7 +81,7 @@ def install_vllm_only(tmp):
 
 def listed_files(site_dirs):
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.gpufleet.vllm.plugins.module_utils.record import read_record
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import read_record
     files = []
     size = 0
     for site in site_dirs:

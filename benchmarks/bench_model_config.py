@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Time and memory of a model config edit (module_utils/jsonedit.py, as sm120_config runs it) on a large config.
+"""Time and memory of a model config edit (module_utils/sm120/jsonedit.py, as sm120_config runs it) on a large config.
 
     python benchmarks/bench_model_config.py [--mb 10] [--keys 9600] [--also-mb 20,40] [--strict]
 
@@ -41,7 +41,7 @@ LIMIT_MB = 500
 CHILD = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.gpufleet.vllm.plugins.module_utils import jsonedit
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import jsonedit
 
 
 def peak_kb():

@@ -65,7 +65,7 @@ TARGET_RATIO = 6.0
 CHILD = r"""
 import hashlib, json, os, resource, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
 venv, repeat, workers = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) or None
 
 def cpu():
@@ -125,7 +125,7 @@ def install(tmp):
 
 def record_files(site, dist_info):
     sys.path.insert(0, COLLECTIONS)
-    from ansible_collections.gpufleet.vllm.plugins.module_utils.record import read_record
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import read_record
     rows, dummy = read_record(os.path.join(dist_info, "RECORD"))
     files = [os.path.normpath(os.path.join(site, r.path)) for r in rows if r.digest is not None]
     return files, sum(r.size or 0 for r in rows)

@@ -8,7 +8,7 @@ __metaclass__ = type
 
 
 class ModuleDocFragment(object):
-    """The SM120 KV-cache policy options of sm120_config (module_utils/sm120.py decides; drift_info reads the same)."""
+    """The SM120 KV-cache policy options of sm120_config (module_utils/sm120/policy.py decides; drift_info reads the same)."""
 
     DOCUMENTATION = r"""
 options:

@@ -10,11 +10,11 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import dependencies as dependency_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import md_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import md_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import note
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import (
     as_int, cell, one_line, one_line_list, short_counts,
 )
 

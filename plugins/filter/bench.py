@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Filters for the results of ``vllm bench serve`` (documented in bench_*.yml next to this file).
 
-The logic lives in plugins/module_utils/bench.py, shared with the
+The logic lives in plugins/module_utils/bench/result.py, shared with the
 gpufleet.vllm.bench_report module; these wrappers turn its ValueErrors into
 AnsibleFilterError with the same sentence.
 """
@@ -15,7 +15,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_text
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 
 def bench_parse(data, concurrency=None, source=None):

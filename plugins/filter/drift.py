@@ -8,7 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import EXCERPT_LINES, diff_entries, markdown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import EXCERPT_LINES, diff_entries, markdown
 
 
 def _get(mapping, key):

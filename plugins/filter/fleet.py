@@ -10,7 +10,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import policy_of
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import policy_of
 
 
 def kv_cache_policy(strip, force=False):

@@ -23,7 +23,9 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report, lockfile, pkgnames
+from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, pkgnames
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import dependencies as dependency_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block, valid_text
 
 

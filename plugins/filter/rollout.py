@@ -12,7 +12,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import host_line
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import host_line
 
 
 def rollout_line(row):

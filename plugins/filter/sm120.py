@@ -9,7 +9,7 @@ __metaclass__ = type
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import (
     DEFAULT_FILES,
     DEFAULT_REQUIRED_FILES,
     builds_problems,

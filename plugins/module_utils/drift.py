@@ -43,12 +43,12 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline as OverallDeadline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.environment import locate_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils import gpuhealth
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import fingerprint_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import fingerprint_environment
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import DRIFT_CLASSES as INTEGRITY_CLASSES
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import DRIFT_CLASSES as INTEGRITY_CLASSES
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import (
     JSONEditError,
     directory_entries,
     plan_file,
@@ -63,8 +63,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     load_pynvml_venvs,
     unavailable_result,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import decide as sm120_decide
-from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import decide as sm120_decide
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.wheeldiff import (
     DIFF_MAX_BYTES,
     DIFF_MAX_FILES,
     DIFF_MAX_TOTAL,

@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, read_small
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError, read_small
 
 #: Asked of the target interpreter, which runs with ``-I -S``: no site hooks
 #: (``.pth`` files, sitecustomize) run, so the venv is found from its

@@ -25,7 +25,7 @@ import stat
 import threading
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import (
     CHUNK,
     HASH_ALGORITHMS,
     O_READ,

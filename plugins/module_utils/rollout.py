@@ -6,16 +6,16 @@
 
 What a host needs and whether it is skipped (its plan, from drift_info's result), which hosts go through the
 batches, how far a failed cutover got and whether a failed host serves again, and the summary's rows and batches
-(what module_utils/rollout_report.py writes). Pure functions; a host's notes are a dict or a hostvars entry.
+(what module_utils/report/rollout.py writes). Pure functions; a host's notes are a dict or a hostvars entry.
 The filters of plugins/filter/rollout.py call them; a wrong input raises ValueError.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import dependency_report
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import as_int, one_line, one_line_list
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import dependencies as dependency_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import diff_entries
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import as_int, one_line, one_line_list
 
 BENCHMARK_WHEN = ("changed", "always", "never")
 #: The most lines of one host's dependency diff in the summary (the JSON has the whole diff).

@@ -44,10 +44,10 @@ import stat
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, diskspace, lockfile, pkgnames, uvcli
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import (
     check_environment, mismatch_message, not_pristine_message)
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check_installed
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import check_installed
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown, valid_text, value_problems
 
 #: what the new environment's interpreter says of itself (isolated, no site hooks): Python X.Y, machine, C library

@@ -34,7 +34,7 @@ import os
 import re
 import stat
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import read_regular
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import read_regular
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 #: The most of version.py that is read (a real one is under 1 KiB).

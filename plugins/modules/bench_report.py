@@ -307,12 +307,12 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_baseline
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_history
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report
-from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import baseline as bench_baseline
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import history as bench_history
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as bench_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline, DeadlinePassed
 
 # the clock of the timeout (a name of its own, so that a test can make time pass)

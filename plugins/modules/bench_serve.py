@@ -340,8 +340,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_baseline
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_sweep
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import baseline as bench_baseline
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import sweep as bench_sweep
 from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_api
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024

@@ -696,12 +696,12 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, Deadline, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import gather
 from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import validate_thresholds
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import POLICIES as CONFIG_POLICIES
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import JSONEditError, directory_entries
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import POLICIES as CONFIG_POLICIES
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import builds_problems, files_problems, module_files
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import builds_problems, files_problems, module_files
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
-from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import DIFF_MAX_BYTES, DIFF_MAX_FILES, DIFF_MAX_TOTAL
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.wheeldiff import DIFF_MAX_BYTES, DIFF_MAX_FILES, DIFF_MAX_TOTAL
 
 
 def main():

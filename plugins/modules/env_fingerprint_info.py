@@ -336,9 +336,9 @@ elapsed:
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import (
     check_environment, mismatch_message, not_pristine_message)
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError, safe_text
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
 

@@ -86,7 +86,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character, shown, valid_text
 
 

@@ -115,8 +115,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
-from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
 
 
 def main():

@@ -269,8 +269,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import MAX_SIZE, plan_file, printable, write_plan
-from ansible_collections.gpufleet.vllm.plugins.module_utils.modelconfig import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import MAX_SIZE, plan_file, printable, write_plan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.modelconfig import (
     ModelConfigError,
     apply_plans,
     entries,
@@ -284,7 +284,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import (
     load_pynvml_venvs,
     unavailable_result,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import (
     DEFAULT_FILES,
     DEFAULT_REQUIRED_FILES,
     builds_problems,

@@ -347,9 +347,9 @@ left:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import check_environment
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check_installed
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError, safe_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import check_environment
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import check_installed
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError, safe_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import check_and_plan, could_not_check, summary
 from ansible_collections.gpufleet.vllm.plugins.module_utils.venvs import (
     EnvsError, check_decide_options, check_options, new_env_path, read_envs, read_link, remove_envs, shown)

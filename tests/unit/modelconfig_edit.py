@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The model config edit of one path (a model directory or one JSON file), run as a module's main() for the tests.
 
-module_utils/modelconfig.py plans and writes the edits that the sm120_config module makes in every model directory
+module_utils/sm120/modelconfig.py plans and writes the edits that the sm120_config module makes in every model directory
 (and that drift_info plans for the audit). This harness drives that code the way such a module does - one
 AnsibleModule, a deadline, every file planned before any is written, check and diff mode - so that its tests read
 each result and each failure as an operator would, without a module of its own in the collection.
@@ -14,8 +14,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import MAX_SIZE, plan_file, write_plan
-from ansible_collections.gpufleet.vllm.plugins.module_utils.modelconfig import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import MAX_SIZE, plan_file, write_plan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.modelconfig import (
     ModelConfigError,
     apply_plans,
     entries,

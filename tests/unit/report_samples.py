@@ -24,7 +24,7 @@ COLLECTIONS = os.path.join(os.path.dirname(os.path.dirname(HERE)), '.cache', 'co
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench  # noqa: E402
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench  # noqa: E402
 
 BASELINES = {'kimi-k2.5': {'single_stream_tok_s': 82, 'peak_tok_s': 2276}}
 LEVELS = (1, 8, 32, 64, 128, 256)
@@ -117,8 +117,8 @@ def history(nights=14):
 
 
 def main(directory):
-    from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_history
-    from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import history as bench_history
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
     path = os.path.join(directory, 'trend-history.png')
     with open(path, 'wb') as handle:
         handle.write(bench_history.render_trend_png(history(), 'vLLM benchmark history up to run 20261123T020000Z'))

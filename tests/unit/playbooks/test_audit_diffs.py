@@ -190,7 +190,7 @@ def test_a_hostile_host_name_gets_a_hashed_directory(tmp_path):
     proc, report = run_report(tmp_path, fleet)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the inventory name cannot be hostile here; the filter's own test takes one
-    from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import diff_entries, host_dir
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import diff_entries, host_dir
     assert (report / "diffs" / "gpu-a01" / "vllm" / "ok.py.diff").is_file()
     for host in ("..", "../x", "a/b", "a\nb", ".hidden", "a..b"):
         entries = diff_entries([(host, fake_result(["vllm/ok.py"])["diffs"])])

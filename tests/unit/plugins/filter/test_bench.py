@@ -22,7 +22,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.vllm.plugins.filter import bench as bench_filter
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures')
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))

@@ -6,7 +6,7 @@
 import pytest
 
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_line, rollout_rows, rollout_serves_again
-from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
 
 from test_rollout_decisions import FORWARD, HOSTVARS
 

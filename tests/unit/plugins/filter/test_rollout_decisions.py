@@ -8,7 +8,7 @@ from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
     rollout_batches, rollout_cutover_state, rollout_failed_hosts, rollout_host_plan, rollout_line, rollout_pending,
     rollout_rows,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import row_cells
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import row_cells
 from ansible_collections.gpufleet.vllm.plugins.filter.fleet import kv_cache_policy
 
 CLEAN = {"build": "0.33.0", "pristine": True, "config_keys_present": 0, "config_policy": "strip", "config_errors": [],

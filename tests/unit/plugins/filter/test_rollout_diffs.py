@@ -11,7 +11,7 @@ import re
 
 from ansible_collections.gpufleet.vllm.plugins.filter.drift import drift_diff_files, drift_diff_markdown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import summary_row as rollout_row
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import markdown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import markdown
 
 DIFF = "--- wheel/vllm/a.py\n+++ installed/vllm/a.py\n@@ -1 +1,2 @@\n x = 1\n+_t.save(x, '/tmp/d.pt')\n"
 
@@ -113,7 +113,7 @@ def test_a_link_text_cannot_hide_html_or_an_image():
 
 
 def test_no_diff_file_overwrites_another_one_name_each():
-    from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import _hashed
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import _hashed
     hostile = "vllm/\x1bx.py"
     paths = [hostile, "_renamed/%s" % _hashed(hostile, ""), hostile, "vllm/a.py", "vllm/a.py"]
     result = plan(paths)

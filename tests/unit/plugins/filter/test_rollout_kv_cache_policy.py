@@ -12,8 +12,8 @@ import pytest
 from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_line
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import summary_row as rollout_row
-from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import host_line, markdown
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import policy as sm120
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import host_line, markdown
 
 BLACKWELL = {"available": True, "sm120": True, "compute_capabilities": ["12.0"]}
 TABLE = [

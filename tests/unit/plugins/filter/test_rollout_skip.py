@@ -8,7 +8,7 @@ from ansible_collections.gpufleet.vllm.plugins.filter.audit import audit_line
 from ansible_collections.gpufleet.vllm.plugins.filter.rollout import (
     rollout_host_plan, rollout_line, rollout_pending, rollout_rows,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import plan_line as rollout_plan_line
 
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_baseline
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_history
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import baseline as bench_baseline
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import history as bench_history
 from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
 
 import report_samples

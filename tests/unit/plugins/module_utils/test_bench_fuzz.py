@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.vllm.plugins.filter import bench as bench_filters
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 KNOWN_KEYS = ['max_concurrency', 'num_prompts', 'completed', 'failed', 'errors', 'duration', 'benchmark_duration',
               'total_input_tokens', 'total_output_tokens', 'output_throughput', 'input_throughput',

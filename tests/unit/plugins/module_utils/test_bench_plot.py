@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fleet report's figure (module_utils/bench_plot): what is drawn, where, and the PNG it saves."""
+"""The fleet report's figure (module_utils/bench/plot.py): what is drawn, where, and the PNG it saves."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
 
 import report_samples
 

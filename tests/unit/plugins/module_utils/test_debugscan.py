@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import debugscan
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import debugscan
 
 
 def scan(src):

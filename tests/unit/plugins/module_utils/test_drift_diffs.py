@@ -17,9 +17,11 @@ import zipfile
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import drift, safetext, wheeldiff
+from ansible_collections.gpufleet.vllm.plugins.module_utils import drift, safetext
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import wheeldiff
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import Deadline
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import verify
 
 from helpers import load_source
 

@@ -16,7 +16,7 @@ import sysconfig
 import pytest
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import environment
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 
 
 def test_locate_environment_runs_the_target_interpreter():

@@ -17,8 +17,10 @@ import time
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck, fingerprint
-from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import fingerprint
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import (
     compare,
     fingerprint_environment,
     normalize_expected,
@@ -26,7 +28,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.fingerprint import (
     strip_credentials,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import set_fingerprint
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 
 PYDIR = "python%d.%d" % sys.version_info[:2]
 

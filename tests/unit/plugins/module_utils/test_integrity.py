@@ -31,9 +31,13 @@ import zipfile
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck, integrity, record
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import verify
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 PYDIR = "python%d.%d" % sys.version_info[:2]
@@ -210,10 +214,10 @@ def test_pristine_install_is_pristine(env):
 _IMPORTS_PROBE = r"""
 import json, sys
 from ansible_collections.gpufleet.vllm.plugins.modules import package_integrity_info  # the module's own imports
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import verify
-before = "ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan" in sys.modules
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import verify
+before = "ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.debugscan" in sys.modules
 result = verify(venv=sys.argv[1], dist_name="demo", uv_cache_dirs=[])
-after = "ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan" in sys.modules
+after = "ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.debugscan" in sys.modules
 print(json.dumps([before, after, result["pristine"], [f["kind"] for f in result["findings"]]]))
 """
 
@@ -1051,9 +1055,9 @@ def test_real_uv_cache_taint_and_what_a_reinstall_does(real_env, tmp_path):
 def test_a_check_without_a_wheel_or_an_interpreter_loads_no_wheel_diff_and_no_runner(env):
     """zipfile and difflib (the wheel diff) and the bounded runner (the python probe) are loaded only when used."""
     code = ("import sys\n"
-            "from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity\n"
+            "from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity\n"
             "result = integrity.verify(venv=sys.argv[1], dist_name='demo', uv_cache_dirs=[])\n"
-            "loaded = [m for m in ('zipfile', 'difflib', 'ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff',\n"
+            "loaded = [m for m in ('zipfile', 'difflib', 'ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.wheeldiff',\n"
             "                      'ansible_collections.gpufleet.vllm.plugins.module_utils.bounded') if m in sys.modules]\n"
             "print(result['pristine'], loaded)\n")
     proc = subprocess.run([sys.executable, "-c", code, env.root], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -23,8 +23,10 @@ import time
 import pytest
 
 from helpers import load_source
-from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck, integrity, record
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils import environment, filecheck
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 
 helpers = load_source("gpufleet_integrity_helpers_hostile", "tests", "unit", "plugins", "module_utils", "test_integrity.py")
 

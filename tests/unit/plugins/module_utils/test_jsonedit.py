@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""Text-preserving key removal (plugins/module_utils/jsonedit.py)."""
+"""Text-preserving key removal (plugins/module_utils/sm120/jsonedit.py)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import jsonedit
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import jsonedit
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 

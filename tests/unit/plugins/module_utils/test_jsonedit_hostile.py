@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import jsonedit
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import jsonedit
 
 
 def _document(n):

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The model config edit (module_utils/modelconfig.py, as sm120_config runs it on each model directory), in-process
+"""The model config edit (module_utils/sm120/modelconfig.py, as sm120_config runs it on each model directory), in-process
 against realistic model dirs."""
 
 from __future__ import absolute_import, division, print_function

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The model config edit (module_utils/modelconfig.py): an overall timeout checked between files; a clean failure
+"""The model config edit (module_utils/sm120/modelconfig.py): an overall timeout checked between files; a clean failure
 that says what was written."""
 
 import json

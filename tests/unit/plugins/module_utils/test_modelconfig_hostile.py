@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The model config edit (module_utils/modelconfig.py) against hostile input and odd trees:
+"""The model config edit (module_utils/sm120/modelconfig.py) against hostile input and odd trees:
 directory links leading outside the model directory, repeated parent keys,
 deep nesting, unwritable directories, oversized files, syntax errors named in
 words, odd encodings, and a fuzz test of the whole parse, edit and write path."""
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import module_runner
-from ansible_collections.gpufleet.vllm.plugins.module_utils import jsonedit
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import jsonedit
 import modelconfig_edit
 
 KV = {'num_bits': 8, 'type': 'float', 'strategy': 'tensor'}

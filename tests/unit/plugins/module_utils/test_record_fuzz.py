@@ -17,8 +17,10 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity, record
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import IntegrityError
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError
 
 FIELD_CHARS = st.sampled_from([",", '"', "\n", "\r", "\x00", "=", "/", "..", "a", "Z", "9", "²", "٣", "-", "_",
                                "sha256=", "md5=", "\udcff", "é", " ", "\t", "\\"])

@@ -18,7 +18,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import record
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import record
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import reportfile
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
 
 
 class Module(object):

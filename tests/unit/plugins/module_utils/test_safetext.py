@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, nvml, rollout_report, safetext, systemd
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, nvml, safetext, systemd
+
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The SM120 decision (module_utils/sm120.py) as a table of cases (the sm120_config module runs it: its own tests)."""
+"""The SM120 decision (module_utils/sm120/policy.py) as a table of cases (the sm120_config module runs it: its own tests)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -12,7 +12,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import sm120
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120 import policy as sm120
 
 DIRS = ["/shared/kimi-k2.5-nvfp4"]
 BLACKWELL = {"available": True, "sm120": True, "compute_capabilities": ["12.0"]}

@@ -8,7 +8,7 @@
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import uvtaint
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import uvtaint
 
 
 def test_default_uv_cache_dirs(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_report as report_utils
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as report_utils
 from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter', 'fixtures')

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_sweep
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import sweep as bench_sweep
 from ansible_collections.gpufleet.vllm.plugins.modules import bench_serve
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from helpers import load_source, module_runner
-from ansible_collections.gpufleet.vllm.plugins.module_utils import filecheck, fingerprint
+from ansible_collections.gpufleet.vllm.plugins.module_utils import filecheck
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import fingerprint
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import set_fingerprint
 from ansible_collections.gpufleet.vllm.plugins.modules import env_fingerprint_info
 

@@ -201,7 +201,7 @@ def test_hanging_python_fails_at_python_timeout_with_a_clear_message(run, tmp_pa
 
 
 def test_unexpected_error_is_one_sentence_not_a_traceback(run, venv, monkeypatch):
-    from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
 
     def broken(*args, **kwargs):
         raise OSError(5, "Input/output error", "/dev/sdz")

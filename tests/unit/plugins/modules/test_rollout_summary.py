@@ -71,7 +71,7 @@ def test_a_failure_text_cannot_add_html_or_a_link_to_the_summary(run, tmp_path):
 
 
 def test_a_locked_rollout_shows_the_lock_and_each_hosts_dependency_diff(tmp_path):
-    from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout_report
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
     rows = [dict(ROWS[0], lock="3f9a0c2b71de", lock_packages=137, environment_after="same as the lock",
                  dependencies={"counts": "2 changed, 1 added (134 unchanged)",
                                "lines": ["lark 1.2.2 -> 1.3.1", "vllm 0.33.0 -> 0.33.1.dev7+gcb9a7e83f501",

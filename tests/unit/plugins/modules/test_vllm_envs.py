@@ -556,7 +556,7 @@ def test_without_decide_nothing_is_checked(run, staged):
 
 
 def test_decide_a_check_that_cannot_run_does_not_fail_the_task(run, staged, monkeypatch):
-    from ansible_collections.gpufleet.vllm.plugins.module_utils import integrity
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import check as integrity
 
     tmp, envs, args = staged
     # (a lock version YAML made a number: the fingerprint cannot compare it, so nothing is the lock)

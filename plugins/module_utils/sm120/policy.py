@@ -25,7 +25,7 @@ configs?  This module answers it once:
   the reason in words an operator can act on.
 - :func:`files_problems` and :func:`module_files` check and convert the
   role's ``file name -> key paths`` map into the per-file list that
-  module_utils/modelconfig.py plans and edits (name, absent, required).
+  module_utils/sm120/modelconfig.py plans and edits (name, absent, required).
 - :func:`summarize` turns the plan and edit results of each model directory
   (modelconfig's, one per directory) into the role's ``sm120_config_result``.
 

@@ -39,7 +39,7 @@ import re
 import stat
 import statistics
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 QUANT_NAME = re.compile(r'^[a-z0-9][a-z0-9._+-]{0,31}$')

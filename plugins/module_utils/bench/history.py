@@ -47,8 +47,8 @@ import re
 import tempfile
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
 
 SCHEMA = 1
 MAX_LINE_BYTES = 16 * 1024

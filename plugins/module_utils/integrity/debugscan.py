@@ -38,7 +38,7 @@ import ast
 import re
 
 # The literal patterns the operators grepped for on the reference host (defined apart, re-exported here).
-from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import DEFAULT_PATTERNS
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.scanpatterns import DEFAULT_PATTERNS
 
 #: Canonical call name -> finding kind.
 DUMP_CALLS = {

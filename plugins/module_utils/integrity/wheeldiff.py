@@ -19,7 +19,7 @@ import hashlib
 import os
 import zipfile
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import (
     RECORD_LIMIT,
     TEXT_LIMIT,
     IntegrityError,

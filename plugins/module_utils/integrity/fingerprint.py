@@ -46,7 +46,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.filecheck import (
     Hasher,
     default_workers,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import (
     CLASSES,
     DRIFT_CLASSES,
     RecordPaths,
@@ -60,7 +60,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import (
     valid_name,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import (
     RECORD_LIMIT,
     IntegrityError,
     editable_reason,

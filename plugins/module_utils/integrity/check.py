@@ -85,7 +85,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.filecheck import (
     dir_state,
     walk,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import (
     CHUNK,
     TEXT_LIMIT,
     UNHASHED_BY_DESIGN,
@@ -99,10 +99,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.record import (
     read_small,
     safe_text,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.scanpatterns import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.scanpatterns import (
     DEFAULT_PATTERNS,
 )
-from ansible_collections.gpufleet.vllm.plugins.module_utils.uvtaint import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.uvtaint import (
     default_uv_cache_dirs,
     find_uv_taint,
 )
@@ -467,14 +467,14 @@ def verify(site_packages=None, dist_name="vllm", python=None, venv=None, wheel=N
     changed_lines = {}
     if wheel:
         # imported here: zipfile and difflib are only needed when a wheel is given (AnsiballZ still ships it)
-        from ansible_collections.gpufleet.vllm.plugins.module_utils.wheeldiff import compare_wheel
+        from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.wheeldiff import compare_wheel
         compare_wheel(wheel, dist_name, result, check, rows, real_site, dist_info_rel, rescan, changed_lines,
                       diff_max_bytes, already, deadline)
 
     # -- explanations -----------------------------------------------------
     if rescan:
         # imported here: the syntax-tree scan is needed only when a file changed (AnsiballZ still ships it)
-        from ansible_collections.gpufleet.vllm.plugins.module_utils.debugscan import explain
+        from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.debugscan import explain
     findings = []
     total = 0
     explained = 0

@@ -60,7 +60,7 @@ import subprocess
 import tempfile
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 RESULT_NAME = 'c%d.json'
 LOG_NAME = 'c%d.log'

@@ -44,7 +44,7 @@ import io
 import re
 import textwrap
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 MAX_HOSTS = 32
 MAX_LEVELS = 32

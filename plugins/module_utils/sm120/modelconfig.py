@@ -30,7 +30,7 @@ __metaclass__ = type
 
 import os
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.jsonedit import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import (
     MAX_SIZE,
     JSONEditError,
     diff_of,

@@ -13,7 +13,7 @@ __metaclass__ = type
 import json
 import re
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import code
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import code
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, valid_text
 
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",

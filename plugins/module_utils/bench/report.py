@@ -37,8 +37,8 @@ import json
 import os
 import re
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
 SUMMARY_NAME = 'summary.json'

@@ -19,9 +19,9 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile
-from ansible_collections.gpufleet.vllm.plugins.module_utils.drift_report import code, md_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import code, md_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.pkgnames import canonical_name
-from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout_report import (
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import (
     cell, dependency_block, one_line,
 )
 
