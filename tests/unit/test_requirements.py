@@ -78,8 +78,7 @@ META = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text(encoding="utf-8"
 
 def yaml_files(*dirs):
     for top in dirs:
-        for path in sorted((ROOT / top).rglob("*.yml")):
-            yield path
+        yield from sorted((ROOT / top).rglob("*.yml"))
 
 
 def playbook_yaml():
@@ -299,7 +298,7 @@ def called_collections():
     found = {}
     for path, data in playbook_yaml():
         text = path.read_text(encoding="utf-8")
-        names = {key for key, _ in walk_tasks(data)}
+        names = {key for key, dummy in walk_tasks(data)}
         names |= {".".join(m) for m in JINJA_FQCN.findall(text)}
         names |= set(role_names(data))
         for name in names:
