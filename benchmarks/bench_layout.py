@@ -117,7 +117,7 @@ def layout(tree):
         return sum(len(re.findall(rx, tree.read(p))) for p in tree.files(pattern))
 
     set_fact = r"(?m)^\s*(?:- )?ansible\.builtin\.set_fact:"
-    module_utils = [(len(tree.read(p).splitlines()), p) for p in tree.files("plugins/module_utils/*.py")]
+    module_utils = [(len(tree.read(p).splitlines()), p) for p in tree.files("plugins/module_utils/**/*.py")]
     parsers = 0
     for pattern in ("plugins/**/*.py", "roles/**/*.yml", "playbooks/**/*.yml"):
         for path in tree.files(pattern):

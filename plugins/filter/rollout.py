@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """The rollout playbook's filters (playbooks/rollout.yml): a host's line of the summary, what the rollout does with a
 host (rollout_host_plan), and the steps the playbook's own YAML decides with. The logic is module_utils/rollout.py's
-and rollout_report.py's; each filter is documented in the .yml of its name."""
+and module_utils/report/rollout.py's; each filter is documented in the .yml of its name."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
