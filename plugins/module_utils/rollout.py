@@ -176,6 +176,9 @@ def fate(facts):
     forward = forward if as_bool(forward.get("cutover")) else {}
     if not (note(facts, "rollout_reached", {}) or {}).get("stopped"):
         return forward, False, ""
+    # (reinstalled in place: nothing to roll back to, no rollback ran; the failure says so)
+    if as_bool(note(facts, "rollout_in_place_began", False)):
+        return forward, False, ""
     if service == (note(facts, "rollout_cutover", {}) or {}):
         return forward, False, "the rollback did not reach its cutover"
     if as_bool(service.get("cutover")) and service.get("state") == "started":

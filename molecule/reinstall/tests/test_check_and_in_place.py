@@ -99,8 +99,8 @@ def test_in_place_cleaned_uv_cache(host):
 def test_in_place_install_refused_while_the_unit_ran(host):
     record = read_json(host, "in-place.json")
     assert record["running"]["failed"] is True
-    assert "still runs" in record["running"]["msg"]
-    assert "Nothing was changed" in record["running"]["msg"]
+    assert "is active, not stopped" in record["running"]["msg"]
+    assert "The environment was not changed" in record["running"]["msg"]
     assert record["running"]["pid_after"] == record["pid_before"] > 0
 
 

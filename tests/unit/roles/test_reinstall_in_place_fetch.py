@@ -51,6 +51,7 @@ PLAYS = """
     fleet_envs_dir: {envs}
     fleet_current_link: {current}
     fleet_previous_link: {previous}
+    fleet_unit_dir: {units}
     reinstall_mode: in_place
     reinstall_lock: {lock}
     reinstall_uv: {wrapper}
@@ -190,7 +191,7 @@ def world(tmp_path):
         scratch = tmp_path / "scratch"
         scratch.mkdir()
         yield {"tmp": tmp_path, "venv": venv, "envs": tmp_path / "envs", "current": tmp_path / "current",
-               "previous": tmp_path / "previous", "cache": tmp_path / "uv-cache", "python": venv / "bin" / "python",
+               "previous": tmp_path / "previous", "units": tmp_path / "units", "cache": tmp_path / "uv-cache", "python": venv / "bin" / "python",
                "lark": wheelhouse / "lark-1.3.1-py3-none-any.whl", "lock": lock, "wheelhouse": wheelhouse, "good": kept, "uv": uv,
                "wrapper": wrapper, "calls": calls, "server": server, "scratch": scratch, "tampered": tampered,
                "locked": sha256(str(kept)), "url": "http://127.0.0.1:%d/simple/" % port}

@@ -350,3 +350,26 @@ def test_a_model_switch_is_named_in_the_row_and_its_line_unless_rolled_back():
     assert rows[0]["switched_from"] == ["vllm-kimi-k25.service"]
     assert "model switch from vllm-kimi-k25.service, downtime" in rollout_line(rows[0])
     assert rows[1]["status"] == "FAILED, rolled back" and rows[1]["switched_from"] == []
+
+
+@pytest.mark.parametrize("case,service_result,integrity,after", [
+    # the first stop's own result (vllm_cutover start=false: not a cutover), the install failed after it
+    ("install failed after the stop", {"cutover": False, "state": "stopped", "stopped": True, "stop_began": 1.0}, {}, ""),
+    # the in-place cutover failed at its readiness gate: it tried the new build, nothing went back
+    ("start failed", {"cutover": True, "state": "failed", "failed_step": "ready", "stopped": True, "switched": False},
+     {}, ""),
+    # proven, then the benchmark gate failed: it serves the new build, out of rotation
+    ("benchmark failed", FORWARD, {"version": "0.33.0", "pristine": True}, "0.33.0"),
+])
+def test_a_host_reinstalled_in_place_that_failed_is_not_rolled_back_and_does_not_serve_again(
+        case, service_result, integrity, after):
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_serves_again
+    facts = dict(HOSTVARS["gpu-a01"], rollout_failed=True, rollout_in_place_began=True, service_result=service_result,
+                 rollout_cutover=service_result, rollout_integrity=integrity, rollout_plan=plan(build="0.32.0"),
+                 rollout_reached={"stopped": True, "link_moved": False, "unit": "", "switch_back": []},
+                 rollout_failure="it failed. Reinstalled in place: there is nothing to roll back to.")
+    row = rollout_rows(["x"], {"x": facts})[0]
+    assert row["status"] == "FAILED", case
+    assert row["build_after"] == after, case
+    assert "the rollback failed as well" not in row["failure"], case
+    assert rollout_serves_again(facts) is False, case
