@@ -19,7 +19,7 @@ import tarfile
 
 # files at the top of the tarball (MANIFEST.json and FILES.json are written
 # by ansible-galaxy from galaxy.yml)
-ALLOWED_FILES = ("MANIFEST.json", "FILES.json", "README.md")
+ALLOWED_FILES = ("MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.rst")
 # directories whose whole content belongs to the collection
 ALLOWED_DIRS = ("plugins", "roles", "playbooks", "meta", "docs", "LICENSES", "changelogs", "inventories/example")
 # never in a tarball, wherever they are (nor any hidden file or directory)

@@ -19,7 +19,7 @@ contents = load_source("tarball_contents", "scripts", "tarball_contents.py")
 
 # what ansible-galaxy collection build writes for a clean collection
 CLEAN = [
-    "MANIFEST.json", "FILES.json", "README.md",
+    "MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.rst",
     "plugins/", "plugins/modules/", "plugins/modules/drift_info.py", "plugins/filter/query.yml",
     "roles/", "roles/service/", "roles/service/tasks/main.yml",
     "playbooks/", "playbooks/audit.yml", "meta/", "meta/runtime.yml",
