@@ -286,10 +286,14 @@ def _load_pairs(text, name):
         if pos is None:  # pragma: no cover - json always sets it
             raise JSONEditError('%s is not valid JSON: %s. The file was left unchanged.' % (name, reason), name)
         what = _describe(text, pos, reason)
+        # (the parser's own words only where the error was not recognised: for a trailing comma, a comment or a
+        # single quote they name another fault, "Expecting property name", and send the reader to the wrong fix)
+        parser = (' (the parser says: %s at line %s, column %s)' % (reason, line, column)
+                  if what.startswith('unexpected ') else '')
         raise JSONEditError(
-            '%s line %s column %s: %s. Line %s reads: \'%s\' (the parser says: %s at line %s, column %s). The file '
+            '%s line %s column %s: %s. Line %s reads: \'%s\'%s. The file '
             'was left unchanged; fix it by hand (or restore it from a backup) and run again.'
-            % (name, line, column, what, line, _excerpt(text, pos), reason, line, column),
+            % (name, line, column, what, line, _excerpt(text, pos), parser),
             name, line, column)
 
 

@@ -230,6 +230,25 @@ def test_syntax_errors_are_named(tmp_path, run, text, needle):
     assert open(str(config), 'rb').read() == raw
 
 
+@pytest.mark.parametrize('text', ['{\n  "a": 1,\n  "kv_cache_scheme": 2,\n  }\n', '{"a": [1, 2,]}',
+                                  '{\n  // the KV cache\n  "a": 2\n}\n', "{'a': 1}", '{kv_cache_scheme: 1}'])
+def test_a_recognised_syntax_error_says_only_what_it_is(tmp_path, run, text):
+    # (the parser's "Expecting property name enclosed in double quotes" names another fault than a trailing comma)
+    config = tmp_path / 'config.json'
+    _write(config, text.encode())
+    rc, result = run({'path': str(config), 'absent': ['**.kv_cache_scheme']})
+    assert rc == 1
+    assert 'Expecting' not in result['msg'] and 'the parser says' not in result['msg']
+
+
+def test_an_unrecognised_syntax_error_still_quotes_the_parser(tmp_path, run):
+    config = tmp_path / 'config.json'
+    _write(config, b'{"a": @}')
+    rc, result = run({'path': str(config), 'absent': ['**.kv_cache_scheme']})
+    assert rc == 1
+    assert "(the parser says: Expecting value at line 1, column 7)" in result['msg']
+
+
 # ------------------------------------------------------------------ sweep: encodings, odd text
 
 @pytest.mark.parametrize('raw, needle', [
