@@ -75,6 +75,7 @@ _KNOWN_KEYS = ", ".join(key for key, _meta in HEADER_KEYS)
 MAX_BYTES = 4 * 1024 * 1024
 MAX_LINES = 100000
 MAX_LINE = 4096
+#: the most hashes of one pin (uv writes one a line; a release with a wheel for every platform has a few dozen)
 MAX_HASHES = 1024
 MAX_PACKAGES = 5000
 MAX_SOURCES = 2000
@@ -217,20 +218,24 @@ def _requirement(parts, where):
     if pin is None:
         raise LockError("%s: %s is not name==version (an exact PEP 440 version)." % (at, shown(first)))
     hashes = []
+    seen = set()
     for word, line in words[1:]:
         match = _HASH.match(word)
         if not match:
             raise LockError("%s, line %d: %s after %s is not --hash=sha256:<64 hex digits>."
                             % (where, line, shown(word), first))
         digest = "sha256:" + match.group(1).lower()
-        if digest not in hashes:
+        if digest not in seen:
+            seen.add(digest)
             hashes.append(digest)
+            if len(hashes) > MAX_HASHES:
+                # (refused at the first hash past the bound, before the rest is read)
+                raise LockError("%s, line %d: %s has more than %d hashes, the most a pin may have (a wheel for "
+                                "every platform and Python of a release is a few dozen)."
+                                % (where, line, first, MAX_HASHES))
     if not hashes:
         raise LockError("%s: %s has no --hash=sha256:... ; every pin of a lock carries the hashes of its files."
                         % (at, first))
-    if len(hashes) > MAX_HASHES:
-        raise LockError("%s: %s has %d hashes, more than the %d a pin may have."
-                        % (at, first, len(hashes), MAX_HASHES))
     return pin[0], {"name": pin[0], "version": pin[1], "hashes": hashes}
 
 
@@ -250,10 +255,20 @@ def _body(lines, first, where):
         continued = part.endswith("\\")
         if continued:
             part = part[:-1]
-        pending = (pending or []) + [(number, part)]
+        if pending is None:
+            pending = []
+        # (appended in place: a requirement continued over many lines costs each line once)
+        pending.append((number, part))
         if continued:
+            if len(pending) > MAX_HASHES + 1:
+                # (uv writes the pin and then one hash per line: past the bound it cannot be one of its pins)
+                words = pending[0][1].split()
+                raise LockError("%s, line %d: %s, the requirement that starts on line %d, goes on for more than %d "
+                                "lines; a pin may have at most %d hashes, one a line." % (
+                                    where, number, shown(words[0] if words else ""), pending[0][0], MAX_HASHES + 1,
+                                    MAX_HASHES))
             continue
-        if " ".join(p for _n, p in pending).strip():
+        if any(p for _n, p in pending):
             start = pending[0][0]
             name, pin = _requirement(pending, where)
             if name in packages:

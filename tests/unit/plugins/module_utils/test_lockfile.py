@@ -2,6 +2,8 @@
 """The fleet lock: written and read back, hostile locks refused with the line named, fitting a host, and the
 dependency diff an operator reads."""
 
+import time
+
 import pytest
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile as lf
@@ -189,7 +191,7 @@ HOSTILE = [
     ("a long line", GOOD + "# " + "x" * lf.MAX_LINE + "\n", "characters long, more than the 4096"),
     ("too many hashes", refit(insert_line(GOOD, 10, "evil==1.0 " + " ".join(
         "--hash=sha256:%064x" % i for i in range(lf.MAX_HASHES + 1)).replace(" ", " \\\n"))),
-     "hashes, more than the 1024"),
+     "evil==1.0 has more than 1024 hashes, the most a pin may have"),
 ]
 
 
@@ -200,6 +202,65 @@ def test_hostile_locks_are_refused_naming_what_and_where(text, words):
     message = str(err.value)
     assert message.startswith("fleet.lock")
     assert words in message
+
+
+def with_one_pin(count, per_line=1):
+    """A lock whose one pin, vllm, carries COUNT hashes, PER_LINE on each continued line (fingerprint and digest
+    are not recomputed: the refusals under test come before them)."""
+    head, _sep, _rest = GOOD.partition("lark==1.2.2 \\\n")
+    words = ["--hash=sha256:%064x" % i for i in range(count)]
+    lines = [" ".join(words[i:i + per_line]) for i in range(0, count, per_line)]
+    return head + "vllm==0.33.0 \\\n" + "".join("    %s \\\n" % line for line in lines[:-1]) + \
+        "    %s\n# digest: sha256:%s\n" % (lines[-1], H1)
+
+
+def test_a_pin_past_the_hash_bound_is_refused_at_the_first_hash_past_it(monkeypatch):
+    # 40 hashes a line, 60 lines: the refusal reads the hashes up to the first past the bound, not the rest
+    calls = []
+    real = lf._HASH
+
+    class Counting(object):
+        @staticmethod
+        def match(word):
+            calls.append(word)
+            return real.match(word)
+
+    monkeypatch.setattr(lf, "_HASH", Counting)
+    with pytest.raises(lf.LockError) as err:
+        lf.parse_lock(with_one_pin(2400, per_line=40), where="fleet.lock")
+    assert "vllm==0.33.0 has more than %d hashes, the most a pin may have" % lf.MAX_HASHES in str(err.value)
+    assert "fleet.lock, line %d:" % (11 + lf.MAX_HASHES // 40) in str(err.value)  # (the line of the 1025th)
+    assert len(calls) == lf.MAX_HASHES + 1
+
+
+def test_a_pin_continued_past_the_bound_is_refused_naming_it_and_the_bound():
+    with pytest.raises(lf.LockError) as err:
+        lf.parse_lock(with_one_pin(5000), where="fleet.lock")
+    assert str(err.value) == (
+        "fleet.lock, line %d: 'vllm==0.33.0', the requirement that starts on line 10, goes on for more than %d lines; "
+        "a pin may have at most %d hashes, one a line." % (10 + lf.MAX_HASHES + 1, lf.MAX_HASHES + 1, lf.MAX_HASHES))
+
+
+def cpu_seconds(text, repeats=3):
+    """The least CPU time of REPEATS parses of TEXT (each refused)."""
+    best = None
+    for _i in range(repeats):
+        started = time.process_time()
+        with pytest.raises(lf.LockError):
+            lf.parse_lock(text)
+        spent = time.process_time() - started
+        best = spent if best is None else min(best, spent)
+    return best
+
+
+def test_parsing_a_huge_pin_costs_time_linear_in_its_size():
+    # a pin of 10,000 hashes and one of 40,000, one a line (3.4 MB, under the 4 MiB a lock may be): four times the
+    # text costs about four times the CPU, never the sixteen times of a parse quadratic in the lines (the ratio,
+    # not a number of seconds, so a busy or slow machine does not change the verdict)
+    small, large = with_one_pin(10000), with_one_pin(40000)
+    assert len(large) < lf.MAX_BYTES
+    ratio = cpu_seconds(large) / max(cpu_seconds(small), 1e-4)
+    assert ratio < 8, "a 4 times larger lock cost %.1f times the CPU" % ratio
 
 
 def test_the_refusals_are_for_the_reason_given_not_another():
