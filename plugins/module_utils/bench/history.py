@@ -23,9 +23,18 @@ Public API:
   lock; a file that would grow past either bound keeps its newest lines,
   three quarters of the bound (rewritten whole, atomically)
 * ``read(path, max_lines, max_bytes) -> (lines, problems)``: the valid
-  lines, in order; a line that is not JSON, not an object or without the
-  fields of a line is skipped and named in problems (``path:N: why``); at
-  most the last ``max_bytes`` of the file are read
+  lines, in order; a line that is not JSON, not an object, or whose fields
+  do not fit ``FIELDS`` (a run id that is a number, a build that is a
+  list) is skipped and named in problems (``path:N: why``); at most the
+  last ``max_bytes`` of the file are read
+* ``checked_line(data) -> (line, why)``: the one check of a line's fields
+  and their types, for writing and reading alike
+
+Links: the history directory given may be a link; below it, a host's
+directory and its files are opened relative to their parent's descriptor
+without following a link (``O_NOFOLLOW``): a link there is refused
+(``HistoryFileError`` when appending, a problem when reading), so the
+history is never written or read outside the history directory.
 * ``trend(lines, runs) -> dict``: the change of each figure over the last
   ``runs`` runs (first to last), and ``trend_sentence(...)``
 * ``render_trend_png(series, title) -> bytes``: the trend figure
@@ -38,17 +47,19 @@ Bounds: a line is at most ``MAX_LINE_BYTES``; the lock is waited for at most
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import binascii
 import errno
 import fcntl
 import io
 import json
 import os
 import re
-import tempfile
+import stat
 import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import shown
 
 SCHEMA = 1
 MAX_LINE_BYTES = 16 * 1024
@@ -110,19 +121,78 @@ def history_path(history_dir, line):
                         '%s.%s.jsonl' % (_part(line['model']), _part(line.get('quantization') or 'unknown')))
 
 
-def valid_line(data):
-    """None when DATA is a history line, else why not."""
+# Every field of a history line and what it holds: the one definition that appending and reading check. A text is a
+# JSON string (cut to 200 characters, escaped as bench_text() does); a figure a finite number >= 0; a count an
+# integer >= 0; the tolerance a fraction from 0 to 1 (1 excluded). Required fields are non-empty text (the schema
+# the number SCHEMA); the others may be missing or null. Fields not named here are dropped when a line is read.
+TEXT, FIGURE, COUNT, FRACTION = 'text', 'figure', 'count', 'fraction'
+FIELDS = (
+    ('run_id', TEXT), ('date', TEXT), ('host', TEXT), ('model', TEXT), ('quantization', TEXT),
+    ('vllm_version', TEXT), ('mode', TEXT), ('status', TEXT),
+    ('single_stream_tok_s', FIGURE), ('peak_tok_s', FIGURE), ('peak_concurrency', COUNT),
+    ('baseline_single_stream_tok_s', FIGURE), ('baseline_peak_tok_s', FIGURE), ('tolerance', FRACTION),
+)
+_KIND_WORDS = {TEXT: 'text', FIGURE: 'a number of at least 0', COUNT: 'a whole number of at least 0',
+               FRACTION: 'a number from 0 to 1'}
+
+
+def _json_type(value):
+    if value is None:
+        return 'null'
+    if isinstance(value, bool):
+        return 'a boolean'
+    if isinstance(value, (int, float)):
+        return 'the number %r' % (value,)
+    if isinstance(value, str):
+        return 'the text %s' % shown(value, 40)
+    return {'list': 'a list', 'dict': 'an object'}.get(type(value).__name__, type(value).__name__)
+
+
+def _field(kind, value):
+    """(VALUE as a history line holds it, None) when it fits KIND, else (None, why not)."""
+    if kind == TEXT:
+        if isinstance(value, str):
+            return _text(value) or None, None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = bench._number(value)
+        if kind == FIGURE and number is not None and number >= 0:
+            return number, None
+        if kind == COUNT and isinstance(value, int) and value >= 0:
+            return value, None
+        if kind == FRACTION and number is not None and 0 <= number < 1:
+            return number, None
+    return None, 'is %s, not %s' % (_json_type(value), _KIND_WORDS[kind])
+
+
+def checked_line(data):
+    """(the history line DATA holds, None), or (None, why DATA is not a history line).
+
+    The line returned has every field of FIELDS (None where DATA has none) and the schema, its texts escaped and
+    cut as history_line() writes them; DATA's other keys are left out.
+    """
     if not isinstance(data, dict):
-        return 'not a JSON object'
-    missing = [key for key in REQUIRED if not isinstance(data.get(key), (str, int)) or data.get(key) == '']
+        return None, 'not a JSON object'
+    missing = [name for name in REQUIRED if data.get(name) is None or data.get(name) == '']
     if missing:
-        return 'without %s' % ', '.join(missing)
-    if data.get('schema') != SCHEMA:
-        return 'schema %r, not %d' % (data.get('schema'), SCHEMA)
-    for name in FIGURES:
-        if data.get(name) is not None and bench._number(data.get(name)) is None:
-            return '%s is not a number' % name
-    return None
+        return None, 'without %s' % ', '.join(missing)
+    schema = data['schema']
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
+        return None, 'schema %s, not %d' % (schema if isinstance(schema, int) and not isinstance(schema, bool)
+                                             else _json_type(schema), SCHEMA)
+    line = {'schema': SCHEMA}
+    for name, kind in FIELDS:
+        value = data.get(name)
+        line[name], why = _field(kind, value) if value is not None else (None, None)
+        if why:
+            return None, '%s %s' % (name, why)
+        if name in REQUIRED and not line[name]:
+            return None, '%s holds no printable text' % name
+    return line, None
+
+
+def valid_line(data):
+    """None when DATA is a history line (checked_line), else why not."""
+    return checked_line(data)[1]
 
 
 def _encode(line):
@@ -135,7 +205,69 @@ def _encode(line):
     return data
 
 
-def _lock(handle, seconds=LOCK_SECONDS, clock=time.monotonic, sleep=time.sleep):
+_DIRECTORY = getattr(os, 'O_DIRECTORY', 0)
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0)
+# what opening a symbolic link with O_NOFOLLOW answers (Linux: ELOOP; the BSDs: EMLINK, or EFTYPE for a file)
+_LINK_ERRNOS = (errno.ELOOP, errno.EMLINK, getattr(errno, 'EFTYPE', errno.ELOOP))
+
+
+def _link_refused(path, kind):
+    """The error for a symbolic link where the history needs a plain KIND ('directory' or 'file')."""
+    return HistoryFileError('%s is a symbolic link: the benchmark history is written to and read from a plain %s '
+                            'under the history directory only, never through a link (replace the link with a %s, or '
+                            'point history_dir at the directory it leads to)' % (path, kind, kind))
+
+
+def _host_dir(path, create):
+    """An open descriptor of the host's directory of PATH (<history_dir>/<host>/<file>) and the file's name.
+
+    The history directory itself is the operator's (a link to it is followed); the host's directory under it is
+    opened without following a link (O_NOFOLLOW, relative to the history directory's descriptor), so neither a link
+    put there nor one swapped in later sends the history elsewhere. CREATE: make what is missing; else a missing
+    directory gives (None, name). Raises HistoryFileError for a link or a file where the directory should be.
+    """
+    directory, name = os.path.split(path)
+    root, host = os.path.split(directory)
+    root = root or '.'
+    if not host or host in ('.', '..') or not name:
+        raise HistoryFileError('%s is not <history_dir>/<host>/<file>' % path)
+    if create and not os.path.isdir(root):
+        os.makedirs(root, 0o755)
+    try:
+        root_fd = os.open(root, os.O_RDONLY | _DIRECTORY)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and not create:
+            return None, name
+        raise
+    try:
+        for attempt in (1, 2):
+            try:
+                return os.open(host, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=root_fd), name
+            except OSError as exc:
+                if exc.errno == errno.ENOENT and create and attempt == 1:
+                    try:
+                        os.mkdir(host, 0o755, dir_fd=root_fd)
+                    except OSError as made:
+                        if made.errno != errno.EEXIST:
+                            raise
+                    continue
+                if exc.errno == errno.ENOENT:
+                    return None, name
+                try:
+                    if stat.S_ISLNK(os.stat(host, dir_fd=root_fd, follow_symlinks=False).st_mode):
+                        raise _link_refused(directory, 'directory')
+                except OSError:
+                    pass
+                if exc.errno in _LINK_ERRNOS + (errno.ENOTDIR,):
+                    raise HistoryFileError('%s is not a directory: the history of a host is kept in a directory of its '
+                                           'name under the history directory' % directory)
+                raise
+        raise HistoryFileError('%s could not be made (it disappeared again)' % directory)
+    finally:
+        os.close(root_fd)
+
+
+def _lock(handle, seconds=LOCK_SECONDS, clock=time.monotonic, sleep=time.sleep, name=None):
     end = clock() + seconds
     while True:
         try:
@@ -145,7 +277,8 @@ def _lock(handle, seconds=LOCK_SECONDS, clock=time.monotonic, sleep=time.sleep):
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise
         if clock() >= end:
-            raise HistoryFileError('another run holds the lock of %s for more than %.0f s' % (handle.name, seconds))
+            raise HistoryFileError('another run holds the lock of %s for more than %.0f s'
+                                   % (name or handle.name, seconds))
         sleep(0.1)
 
 
@@ -169,27 +302,36 @@ def append(path, line, max_lines=2000, max_bytes=2 * 1024 * 1024):
     if max_lines < 2 or max_bytes < 2 * MAX_LINE_BYTES:
         raise HistoryFileError('the history bounds must allow 2 lines and %d bytes at least' % (2 * MAX_LINE_BYTES))
     data = _encode(line)
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    if os.path.islink(path):
-        raise HistoryFileError('%s is a symbolic link: the history is written only to a plain file' % path)
-    for dummy in range(5):
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, 'O_NOFOLLOW', 0), 0o644)
-        with os.fdopen(descriptor, 'r+b') as handle:
-            _lock(handle)
+    dir_fd, name = _host_dir(path, create=True)
+    try:
+        for dummy in range(5):
             try:
-                same = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
-            except OSError:
-                same = False
-            if not same:
-                # another run trimmed the file (a new one was renamed over it) while this one waited: open it again
-                continue
-            return _append_locked(handle, path, directory, line, data, max_lines, max_bytes)
+                # (O_NONBLOCK: a FIFO put there does not hold the run; it is refused below)
+                descriptor = os.open(name, os.O_RDWR | os.O_CREAT | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK, 0o644,
+                                     dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in _LINK_ERRNOS:
+                    raise _link_refused(path, 'file')
+                raise
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                os.close(descriptor)
+                raise HistoryFileError('%s is not a plain file: the history is written only to a plain file' % path)
+            with os.fdopen(descriptor, 'r+b') as handle:
+                _lock(handle, name=path)
+                try:
+                    same = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino == os.fstat(handle.fileno()).st_ino
+                except OSError:
+                    same = False
+                if not same:
+                    # another run trimmed the file (a new one was renamed over it) while this one waited: open it again
+                    continue
+                return _append_locked(handle, dir_fd, name, line, data, max_lines, max_bytes)
+    finally:
+        os.close(dir_fd)
     raise HistoryFileError('%s was replaced five times while this run waited for its lock' % path)
 
 
-def _append_locked(handle, path, directory, line, data, max_lines, max_bytes):
+def _append_locked(handle, dir_fd, name, line, data, max_lines, max_bytes):
     raw, dummy, dummy2 = _tail(handle, max_bytes)
     lines = [item for item in raw if item.strip()]
     for item in lines:
@@ -215,18 +357,24 @@ def _append_locked(handle, path, directory, line, data, max_lines, max_bytes):
         keep.append(item)
         total += len(item) + 1
     body = b''.join(item + b'\n' for item in reversed(keep)) + data
-    temp_fd, temp = tempfile.mkstemp(prefix='.gpufleet-tmp-', dir=directory)
+    temp = '.gpufleet-tmp-%s' % binascii.hexlify(os.urandom(8)).decode('ascii')
     try:
-        with os.fdopen(temp_fd, 'wb') as out:
-            out.write(body)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, 0o644)
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644, dir_fd=dir_fd)
+        try:
+            os.fchmod(out, 0o644)
+            view = memoryview(body)
+            while view:
+                view = view[os.write(out, view):]
+            os.fsync(out)
+        finally:
+            os.close(out)
         # (still under the old file's lock: a run waiting for it sees the new inode and opens it again)
-        os.rename(temp, path)
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except OSError:
+            pass
     return True
 
 
@@ -234,30 +382,50 @@ def read(path, max_lines=2000, max_bytes=2 * 1024 * 1024):
     """The valid lines of PATH, oldest first (at most the last MAX_LINES), and the problems of the others."""
     problems = []
     try:
-        with open(path, 'rb') as handle:
-            raw, cut, start = _tail(handle, max_bytes)
-    except (IOError, OSError) as exc:
-        if not os.path.exists(path):
+        dir_fd, name = _host_dir(path, create=False)
+        if dir_fd is None:
             return [], []
+        try:
+            descriptor = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return [], []
+            if exc.errno in _LINK_ERRNOS:
+                raise _link_refused(path, 'file')
+            raise
+        finally:
+            os.close(dir_fd)
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            return [], ['%s: not a plain file, not read' % path]
+        with os.fdopen(descriptor, 'rb') as handle:
+            raw, cut, start = _tail(handle, max_bytes)
+    except HistoryFileError as exc:
+        return [], [str(exc)]
+    except (IOError, OSError) as exc:
         return [], ['%s: %s' % (path, getattr(exc, 'strerror', None) or exc)]
     if cut:
         problems.append('%s: only the last %d bytes were read (from byte %d)' % (path, max_bytes, start))
     lines = []
+    # a line is named by its number in the file, or (the start cut) by its number counted from the first byte read
+    where = '%s:%%d' % path if not cut else '%s: line %%d after byte %d' % (path, start)
     for number, item in enumerate(raw, 1):
         if not item.strip():
+            continue
+        if len(item) > MAX_LINE_BYTES:
+            problems.append('%s: %d bytes, more than a history line is (%d), skipped'
+                            % (where % number, len(item), MAX_LINE_BYTES))
             continue
         try:
             data = json.loads(item.decode('utf-8'))
         except (ValueError, UnicodeDecodeError, RecursionError):
-            problems.append('%s:%d: not JSON, skipped' % (path, number))
+            problems.append('%s: not JSON, skipped' % (where % number))
             continue
-        why = valid_line(data)
+        line, why = checked_line(data)
         if why:
-            problems.append('%s:%d: %s, skipped' % (path, number, why))
+            problems.append('%s: %s, skipped' % (where % number, why))
             continue
-        for name in FIGURES + ('baseline_single_stream_tok_s', 'baseline_peak_tok_s', 'tolerance'):
-            data[name] = bench._number(data.get(name))
-        lines.append(data)
+        lines.append(line)
     return lines[-max_lines:], problems
 
 

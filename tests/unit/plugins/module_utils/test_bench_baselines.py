@@ -280,7 +280,7 @@ def test_history_read_skips_corrupt_lines_and_names_them(tmp_path):
     lines, problems = bench_history.read(str(path))
     assert [item['run_id'] for item in lines] == ['r1', 'r5']
     assert problems == ['%s:2: not JSON, skipped' % path, '%s:3: not a JSON object, skipped' % path,
-                        '%s:4: schema 9, not 1, skipped' % path, '%s:5: peak_tok_s is not a number, skipped' % path,
+                        '%s:4: schema 9, not 1, skipped' % path, '%s:5: peak_tok_s is the text \'fast\', not a number of at least 0, skipped' % path,
                         '%s:6: without schema, host, model, status, skipped' % path,
                         '%s:7: not JSON, skipped' % path]
 
