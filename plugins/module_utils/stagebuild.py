@@ -43,7 +43,7 @@ import shutil
 import stat
 import time
 
-from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, diskspace, lockfile, pkgnames, uvcli
+from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded, diskspace, lockfile, pkgnames, uvcli, venvs
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import (
     check_environment, mismatch_message, not_pristine_message)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check import check_installed
@@ -55,8 +55,10 @@ PROBE_CODE = ("import json, os, platform, sys; "
               "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'machine': platform.machine(), "
               "'libc': os.confstr('CS_GNU_LIBC_VERSION') if 'CS_GNU_LIBC_VERSION' in os.confstr_names else ''}))")
 PROBE_TIMEOUT = 60
-#: the file that marks the new environment's directory as this run's while it is built (removed once it is proved)
-MARKER = ".gpufleet-staging"
+#: the file that marks the new environment's directory as this run's while it is built (removed once it is proved):
+#: the run's token, its process and the boot (venvs.staging_mark). A directory that still holds it is unfinished
+#: (a run killed mid-install leaves one): vllm_envs never reuses it, and removes it once no process builds it
+MARKER = venvs.STAGING_MARKER
 #: the file in the new environment that keeps the lock it was built from
 LOCK_NAME = "gpufleet.lock"
 #: the most characters of a lock given to the module (a real one is tens of KiB)
@@ -275,13 +277,14 @@ class _Build(object):
             self.stop("venv", "%s could not be created: %s" % (env, exc.strerror or exc))
         info = os.lstat(env)
         self.result["changed"] = self.result["created"] = True
-        # (an inode number is reused at once: the marker's token says the directory is still this run's)
-        token = binascii.hexlify(os.urandom(16)).decode("ascii")
+        # (an inode number is reused at once: the marker's token says the directory is still this run's; the process
+        # and boot in it tell the next run whether a staging still builds it)
+        mark = venvs.staging_mark(binascii.hexlify(os.urandom(16)).decode("ascii"))
         fd = os.open(os.path.join(env, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
                      0o600)
         with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(token)
-        self.identity = (info.st_dev, info.st_ino, token)
+            handle.write(mark)
+        self.identity = (info.st_dev, info.st_ino, mark)
         os.chmod(env, 0o755)
 
     def release(self):
@@ -313,7 +316,7 @@ def _read_marker(env):
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        return handle.read(64).decode("ascii", "replace")
+        return handle.read(venvs.MARKER_MAX).decode("ascii", "replace")
 
 
 def _remove(path):

@@ -23,6 +23,14 @@ Public API:
 * :func:`check_options` -- the options' problems, one sentence each
   (:func:`check_decide_options`: those of the decision what to stage).
 * :func:`new_env_path` -- the path of a new environment for a version.
+* :func:`staging_mark`, :func:`staging_owner` -- the mark a staging leaves in the directory it builds until
+  the build is proved (who builds it), and whether that process still runs.
+
+A directory that still holds the staging's mark (:data:`STAGING_MARKER`) is
+unfinished: a staging killed mid-install (SIGKILL, a host that went down)
+leaves one that may look complete. It is never staged, reused or kept;
+read_envs lists it apart (``unfinished``), with the process that still
+builds it, if one does.
 
 What to stage (none, reuse, build) is decided by module_utils/stageplan.py.
 """
@@ -43,6 +51,11 @@ PACKAGE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 STAMP = r"[0-9]{8}T[0-9]{6}Z"
 # the most directory entries one listing reads
 MAX_ENTRIES = 10000
+#: the file that marks an environment's directory as a staging's while it is built (removed once it is proved)
+STAGING_MARKER = ".gpufleet-staging"
+#: the most characters of the mark read
+MARKER_MAX = 512
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 def shown(text):
@@ -151,6 +164,70 @@ def read_link(path):
     return info
 
 
+def _boot_id():
+    try:
+        with open(_BOOT_ID, "rb") as handle:
+            return handle.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid):
+    """The start time of process PID (field 22 of /proc/PID/stat, clock ticks after boot), or '' when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            data = handle.read(4096)
+    except OSError:
+        return ""
+    # (the command name, field 2, is in parentheses and may hold blanks and parentheses: the fields after the
+    # last ')' start at field 3, the state)
+    fields = data[data.rfind(b")") + 1:].split()
+    return fields[22 - 3].decode("ascii", "replace") if len(fields) > 22 - 3 else ""
+
+
+def staging_mark(token, pid=None):
+    """The text of the staging mark: TOKEN (the run's own), the process that stages (PID, its start time) and the
+    boot it runs in."""
+    pid = os.getpid() if pid is None else pid
+    return "%s pid=%d start=%s boot=%s\n" % (token, pid, _start_ticks(pid) or "-", _boot_id() or "-")
+
+
+def staging_owner(text):
+    """Of a staging mark TEXT, the process that still builds the directory ('process N'), or '' when none does (it
+    was killed, the host restarted since, or the mark does not say who made it)."""
+    fields = dict(word.split("=", 1) for word in str(text or "").split()[1:] if "=" in word)
+    pid, start, boot = fields.get("pid", ""), fields.get("start", "-"), fields.get("boot", "-")
+    if not pid.isdigit() or not 0 < int(pid) < 2 ** 22 or start == "-":
+        return ""
+    if boot != "-" and boot != (_boot_id() or boot):
+        return ""
+    # (a process id is reused: the same start time says it is the same process)
+    return "process %s" % pid if _start_ticks(int(pid)) == start else ""
+
+
+def read_staging_mark(name, dir_fd):
+    """The staging mark in the directory NAME of DIR_FD: None when it has none, else its text ('' when it cannot be
+    read: a link, or not a file). NAME is not followed when it is a link (OSError)."""
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                 dir_fd=dir_fd)
+    try:
+        try:
+            st = os.lstat(STAGING_MARKER, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        try:
+            mark = os.open(STAGING_MARKER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                           dir_fd=fd)
+        except OSError:
+            return ""
+        with os.fdopen(mark, "rb") as handle:
+            return handle.read(MARKER_MAX).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
 def _newest_first(envs):
     return sorted(envs, key=lambda env: (env["stamp"], env["name"]), reverse=True)
 
@@ -163,13 +240,15 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
     """One listing of ENVS_DIR (it may be a link to a larger disk; the entries in it are never followed).
 
     Returns a dict: state (directory, absent, not_a_directory), staged (newest first, each {name, path,
-    version, stamp, ident}), ignored (names like an environment's that are not directories: [name, what]),
+    version, stamp, ident}), unfinished (directories named like an environment that still hold the staging's
+    mark, each as staged's entries with owner: the process that still builds it, or ''; never in staged),
+    ignored (names like an environment's that are not directories: [name, what]),
     reuse (the newest staged environment of TARGET_VERSION other than CURRENT, or ''),
     to_remove (the staged environments beyond the KEEP newest, none of them CURRENT or in PROTECT).
     Paths are compared resolved (a link to an environment protects it).
     Raises EnvsError past MAX_ENTRIES entries.
     """
-    result = {"state": "absent", "staged": [], "ignored": [], "reuse": "", "to_remove": []}
+    result = {"state": "absent", "staged": [], "unfinished": [], "ignored": [], "reuse": "", "to_remove": []}
     try:
         fd = os.open(envs_dir, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError) as exc:
@@ -201,9 +280,19 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
                 if not stat.S_ISDIR(st.st_mode):
                     result["ignored"].append([entry.name, "a link" if stat.S_ISLNK(st.st_mode) else "not a directory"])
                     continue
-                staged.append({"name": entry.name, "path": os.path.join(envs_dir, entry.name),
-                               "real": os.path.join(real_dir, entry.name), "version": match.group(1),
-                               "stamp": match.group(2), "ident": (st.st_dev, st.st_ino)})
+                env = {"name": entry.name, "path": os.path.join(envs_dir, entry.name),
+                       "real": os.path.join(real_dir, entry.name), "version": match.group(1),
+                       "stamp": match.group(2), "ident": (st.st_dev, st.st_ino)}
+                try:
+                    mark = read_staging_mark(entry.name, fd)
+                except OSError:
+                    # (gone, or a link now, since the listing: not an environment to use)
+                    continue
+                if mark is not None:
+                    env["owner"] = staging_owner(mark)
+                    result["unfinished"].append(env)
+                    continue
+                staged.append(env)
     finally:
         os.close(fd)
     staged = _newest_first(staged)
@@ -218,6 +307,46 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
                 break
     result["to_remove"] = [env for env in staged[keep:] if env["real"] not in protected]
     return result
+
+
+def _still_unfinished(name, dir_fd):
+    """Why the unfinished staging NAME must be left now ('' to remove it): its mark gone (the staging finished
+    after the listing), or a process that builds it."""
+    try:
+        mark = read_staging_mark(name, dir_fd)
+    except OSError as exc:
+        return "it could not be looked at again (%s)" % (exc.strerror or exc)
+    if mark is None:
+        return "its staging finished after the listing (the mark is gone)"
+    owner = staging_owner(mark)
+    return "%s still stages into it" % owner if owner else ""
+
+
+def remove_unfinished(envs_dir, unfinished, links=(), protect=(), limit=MAX_ENTRIES):
+    """Remove the unfinished stagings UNFINISHED (read_envs' entries) that no process builds any more, each checked
+    again right before it goes (still marked, no process building it, not what one of LINKS points at).
+
+    Those a process still builds, a path of PROTECT (compared resolved), or past the first LIMIT are left, with why.
+    Returns remove_envs' {removed, gone, left}; raises EnvsError as it does.
+    """
+    protected = set(_real(path) for path in protect if path)
+    left, todo = [], []
+    for env in unfinished:
+        if env.get("owner"):
+            left.append([env["path"], "%s still stages into it" % env["owner"]])
+        elif env["real"] in protected:
+            left.append([env["path"], "it is protected (the current or previous environment, or given in protect)"])
+        elif len(todo) >= limit:
+            left.append([env["path"], "more than %d to remove in one run; the next run goes on" % limit])
+        else:
+            todo.append(env)
+    try:
+        done = remove_envs(envs_dir, todo, links=links, recheck=_still_unfinished)
+    except EnvsError as exc:
+        exc.partial["left"] = left + exc.partial["left"]
+        raise
+    done["left"] = left + done["left"]
+    return done
 
 
 def _rmtree_at_fd():
@@ -275,8 +404,11 @@ def _linked_by(links, env):
     return ""
 
 
-def remove_envs(envs_dir, envs, links=()):
+def remove_envs(envs_dir, envs, links=(), recheck=None):
     """Remove ENVS (entries of read_envs' to_remove), each checked again right before it goes.
+
+    RECHECK(name, dir_fd), when given, says why an environment must be left after all ('' to remove it), right
+    before it goes.
 
     LINKS (the current and the previous link) are read again before each removal: an environment one of them
     points at now (another run switched to it after the listing) is left alone.
@@ -312,6 +444,10 @@ def remove_envs(envs_dir, envs, links=()):
             link = _linked_by(links, env)
             if link:
                 done["left"].append([env["path"], "%s points at it now (moved after the listing)" % shown(link)])
+                continue
+            why = recheck(env["name"], fd) if recheck else ""
+            if why:
+                done["left"].append([env["path"], why])
                 continue
             path = None
             if not _rmtree_at_fd():

@@ -33,6 +33,14 @@ description:
     otherwise, or with O(force), into a new path. Each check runs only when the decision needs it; the results are
     returned in the shapes those modules return (RV(current_check), RV(current_fingerprint), RV(reuse_check),
     RV(reuse_fingerprint)). The rule is the one of the filter P(gpufleet.vllm.reinstall_plan#filter).
+  - A directory named like an environment that still holds the staging's mark C(.gpufleet-staging) is unfinished; a
+    M(gpufleet.vllm.vllm_stage) run was killed while it built it (SIGKILL, a host that went down), and what is in it
+    may look complete. It is never listed in RV(staged), reused or kept; it is listed in RV(unfinished). With
+    O(decide) or O(state=pruned) (the runs that own the environments), the unfinished ones that no process builds any
+    more (the mark names the staging's process and the boot it ran in) are removed, listed in RV(unfinished_removed)
+    and named in RV(msg); one a staging still builds, or that a link points at, is left and listed in
+    RV(unfinished_left). Removal is relative to the opened O(envs_dir), only directly in it, never through a link,
+    and each is looked at again right before it goes.
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
@@ -145,7 +153,8 @@ attributes:
     support: full
     details:
       - With O(state=pruned), lists what would be removed in RV(to_remove) and removes nothing.
-      - O(decide) only reads; check mode returns the same decision.
+      - O(decide) only reads, but for the unfinished stagings it removes; check mode returns the same decision and
+        removes nothing (RV(msg) says which unfinished stagings it would remove).
   diff_mode:
     support: full
     details: The staged environments before and after the cleanup.
@@ -268,6 +277,25 @@ staged:
   type: list
   elements: str
   sample: [/opt/vllm/envs/vllm-0.33.0-20261204T101500Z, /opt/vllm/envs/vllm-0.32.1-20261101T090000Z]
+unfinished:
+  description:
+    - Directories named like an environment that still hold the staging's mark (a staging killed while it built them,
+      or one still building). Never in RV(staged), never reused.
+  returned: always
+  type: list
+  elements: str
+  sample: [/opt/vllm/envs/vllm-0.33.0-20261207T101500Z]
+unfinished_removed:
+  description: The unfinished stagings removed (with O(decide) or O(state=pruned); empty in check mode).
+  returned: always
+  type: list
+  elements: str
+unfinished_left:
+  description: The unfinished stagings left, with why (a staging still builds it, a link points at it, it changed).
+  returned: always
+  type: list
+  elements: str
+  sample: ["/opt/vllm/envs/vllm-0.33.0-20261207T101500Z (process 4242 still stages into it)"]
 ignored:
   description: Entries named like an environment that are not directories (links are never followed), with why.
   returned: always
@@ -352,11 +380,41 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.check impo
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.record import IntegrityError, safe_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import check_and_plan, could_not_check, summary
 from ansible_collections.gpufleet.vllm.plugins.module_utils.venvs import (
-    EnvsError, check_decide_options, check_options, new_env_path, read_envs, read_link, remove_envs, shown)
+    EnvsError, check_decide_options, check_options, new_env_path, read_envs, read_link, remove_envs, remove_unfinished,
+    shown)
 
 
 def _lines(paths):
     return "".join(path + "\n" for path in paths)
+
+
+def _unfinished(module, envs_dir, found, links, protect, facts):
+    """Remove the unfinished stagings no process builds any more: (removed, left, a sentence for RV(msg) or '')."""
+    unfinished = found["unfinished"]
+    if not unfinished:
+        return [], [], ""
+    if module.check_mode:
+        would = [env["path"] for env in unfinished if not env.get("owner")]
+        left = ["%s (%s still stages into it)" % (env["path"], env["owner"]) for env in unfinished if env.get("owner")]
+        words = "would remove %d unfinished staging(s) a killed run left: %s" % (len(would), ", ".join(would))
+        return [], left, words + ("; left %s" % "; ".join(left) if left else "")
+    try:
+        done = remove_unfinished(envs_dir, unfinished, links=links, protect=protect)
+    except EnvsError as exc:
+        partial = exc.partial or {}
+        facts.update(changed=bool(partial.get("removed")), unfinished_removed=partial.get("removed", []),
+                     unfinished_left=["%s (%s)" % (path, why) for path, why in partial.get("left", [])])
+        module.fail_json(msg="%s (an unfinished staging a killed run left). Removed before it: %s. Nothing else was "
+                             "changed; the current and previous environments were not touched."
+                         % (str(exc).rstrip("."), ", ".join(partial.get("removed", [])) or "none"), **facts)
+    left = ["%s (%s)" % (path, why) for path, why in done["left"]]
+    words = []
+    if done["removed"]:
+        words.append("removed %d unfinished staging(s) a killed run left: %s" % (len(done["removed"]),
+                                                                                ", ".join(done["removed"])))
+    if left:
+        words.append("left %d unfinished staging(s): %s" % (len(left), "; ".join(left)))
+    return done["removed"], left, "; ".join(words)
 
 
 def _decide(module, envs_dir, current_env, reuse_env):
@@ -453,7 +511,18 @@ def main():
     to_remove = [env["path"] for env in found["to_remove"]]
     facts.update(envs_dir={"path": envs_dir, "state": found["state"]}, current_env=current_env, staged=staged,
                  ignored=["%s (%s)" % (name, why) for name, why in found["ignored"]], reuse=found["reuse"],
-                 to_remove=to_remove, removed=[], gone=[], left=[])
+                 to_remove=to_remove, removed=[], gone=[], left=[],
+                 unfinished=[env["path"] for env in found["unfinished"]], unfinished_removed=[], unfinished_left=[])
+    unfinished_words = ""
+    if p["decide"] or p["state"] == "pruned":
+        # (the runs that own the environments clean up what a killed staging left)
+        removed, left, unfinished_words = _unfinished(
+            module, envs_dir, found, [current["path"], previous["path"]],
+            [current_env, previous["target"], p["adopt_venv"] or ""] + protect, facts)
+        facts.update(unfinished_removed=removed, unfinished_left=left)
+    elif found["unfinished"]:
+        unfinished_words = "%d unfinished staging(s) a killed run left, not used: %s" % (
+            len(found["unfinished"]), ", ".join(facts["unfinished"]))
     decision = ""
     if p["decide"]:
         decided, decision = _decide(module, envs_dir, current_env, found["reuse"])
@@ -490,6 +559,9 @@ def main():
         if decision:
             msg += "; %s" % decision
         after = staged
+    if unfinished_words:
+        msg += "; %s" % unfinished_words
+        changed = changed or bool(facts["unfinished_removed"])
     if module._diff and pruning:
         facts["diff"] = {"before": _lines(staged), "after": _lines(after),
                          "before_header": "%s (staged environments)" % envs_dir,

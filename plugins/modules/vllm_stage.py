@@ -168,6 +168,10 @@ notes:
   - The module makes the directory O(env) itself, right before C(uv venv) fills it, with a file C(.gpufleet-staging)
     that marks it as this run's until the proofs passed. A failure removes O(env) only while it is still that
     directory with that mark; a directory someone else put there is left alone, and the message says so.
+  - The mark names the staging's process and the host's boot. A run killed before the proofs passed (SIGKILL, a host
+    that went down) cannot remove O(env) and leaves it marked, unfinished although it may look complete;
+    M(gpufleet.vllm.vllm_envs) never reuses a marked directory, and its next run that decides or prunes removes it
+    once no process builds it any more, and says so.
   - Each run of uv is bounded by O(timeout) and killed whole (with what it started) when it passes; the output read
     is capped. The checks read the new environment's files, hashed in 1 MiB chunks, each bounded by
     O(check_timeout).

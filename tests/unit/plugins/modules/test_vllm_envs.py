@@ -572,3 +572,65 @@ def test_decide_a_check_that_cannot_run_does_not_fail_the_task(run, staged, monk
     assert code == 0 and res["action"] == "build", res
     assert res["current_check"]["msg"] == ("The integrity check of vllm in %s stopped on an unexpected TypeError: "
                                            "a bug." % (envs / NEW))
+
+
+# unfinished stagings (a directory that still holds the staging's mark)
+# ---------------------------------------------------------------------------
+
+KILLED = "vllm-0.33.0-20261206T000000Z"
+
+
+def _killed(envs, name=KILLED):
+    """A staging whose process is gone (a mark naming no running process)."""
+    (envs / name / "bin").mkdir(parents=True)
+    (envs / name / venvs.STAGING_MARKER).write_text("0" * 32 + " pid=1 start=1 boot=-\n")
+    return envs / name
+
+
+def test_listing_alone_reports_an_unfinished_staging_and_removes_nothing(run, fleet):
+    tmp, envs, args = fleet
+    killed = _killed(envs)
+    code, res = run(dict(args, target_version="0.33.0"))
+    assert code == 0 and res["changed"] is False
+    assert res["unfinished"] == [str(killed)] and res["unfinished_removed"] == [] and killed.exists()
+    assert str(killed) not in res["staged"] and res["reuse"] == ""
+    assert "1 unfinished staging(s) a killed run left, not used: %s" % killed in res["msg"]
+
+
+def test_prune_removes_an_unfinished_staging_and_it_counts_for_no_keep(run, fleet):
+    tmp, envs, args = fleet
+    killed = _killed(envs)
+    code, res = run(dict(args, keep=4, state="pruned"))
+    assert code == 0, res["msg"]
+    assert res["unfinished_removed"] == [str(killed)] and not killed.exists()
+    assert res["removed"] == [] and len(res["staged"]) == 4 and res["changed"] is True
+
+
+def test_an_unfinished_staging_a_link_points_at_or_protected_is_left(run, fleet):
+    tmp, envs, args = fleet
+    killed = _killed(envs)
+    os.unlink(str(tmp / "previous"))
+    os.symlink(str(killed), str(tmp / "previous"))
+    code, res = run(dict(args, state="pruned", keep=10))
+    assert code == 0 and killed.exists() and res["unfinished_removed"] == []
+    assert res["unfinished_left"][0].startswith(str(killed) + " (it is protected")
+
+
+def test_an_unfinished_staging_finished_after_the_listing_is_left(fleet):
+    tmp, envs, args = fleet
+    killed = _killed(envs)
+    found = venvs.read_envs(str(envs), "vllm", 2)
+    os.unlink(str(killed / venvs.STAGING_MARKER))
+    done = venvs.remove_unfinished(str(envs), found["unfinished"])
+    assert done["removed"] == [] and killed.exists()
+    assert done["left"] == [[str(killed), "its staging finished after the listing (the mark is gone)"]]
+
+
+def test_a_mark_that_is_a_link_still_marks_and_is_not_followed(run, fleet):
+    tmp, envs, args = fleet
+    (envs / KILLED).mkdir()
+    (tmp / "elsewhere").write_text("not to be read\n")
+    os.symlink(str(tmp / "elsewhere"), str(envs / KILLED / venvs.STAGING_MARKER))
+    code, res = run(dict(args, state="pruned", keep=10))
+    assert code == 0 and res["unfinished_removed"] == [str(envs / KILLED)]
+    assert (tmp / "elsewhere").read_text() == "not to be read\n"

@@ -11,14 +11,17 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import signal
 import stat
+import subprocess
 import sys
+import time
 
 import pytest
 
 from helpers import load_source, module_runner
-from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, stagebuild, uvcli
-from ansible_collections.gpufleet.vllm.plugins.modules import vllm_stage
+from ansible_collections.gpufleet.vllm.plugins.module_utils import lockfile, stagebuild, uvcli, venvs
+from ansible_collections.gpufleet.vllm.plugins.modules import vllm_envs, vllm_stage
 
 PY = "%d.%d" % sys.version_info[:2]
 lock_tests = load_source("gpufleet_uv_lock_tests_stage", "tests", "unit", "plugins", "lookup", "test_uv_lock.py")
@@ -343,3 +346,103 @@ def test_without_verify_the_message_does_not_claim_a_proof(run, world):
 def json_text(value):
     import json  # pylint: disable=import-outside-toplevel
     return json.dumps(value)
+
+
+# A staging killed mid-install: the directory it leaves is unfinished, never reused, removed by the next run
+# ---------------------------------------------------------------------------
+
+STAGE_IN_A_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.gpufleet.vllm.plugins.module_utils import stagebuild
+stagebuild.build(json.loads(sys.argv[2]))
+"""
+
+
+def _kill_group(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _kill_staging_mid_install(world, tmp_path):
+    """Stage in a process of its own with a uv that installs for real, says so, then blocks; SIGKILL that process
+    (and the blocked uv, in a process group of its own) once vLLM is written. The path of the directory it left."""
+    flag = tmp_path / "installed"
+    uv = fake_uv(world, 'if [ "$1" = pip ]; then "%s" "$@" || exit $?; echo $$ > "%s.tmp"; mv "%s.tmp" "%s"; '
+                        'exec sleep 600; fi' % (world["uv"], flag, flag, flag))
+    params = dict(vllm_stage_defaults(), **dict(world["args"], uv=uv))
+    collections = [path for path in sys.path if os.path.isdir(os.path.join(path, "ansible_collections"))][0]
+    stage = subprocess.Popen([sys.executable, "-c", STAGE_IN_A_PROCESS, collections, json_text(params)],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uv_group = None
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists() and stage.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert flag.exists(), "the staging did not reach the install (rc %s)" % stage.poll()
+        uv_group = os.getpgid(int(flag.read_text().strip()))
+        stage.send_signal(signal.SIGKILL)
+        assert stage.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        _kill_group(stage.pid)
+        if stage.poll() is None:
+            stage.kill()
+        stage.wait(timeout=30)
+        if uv_group is not None:
+            _kill_group(uv_group)
+    assert installed(world["env"]) == ["lark-1.3.1", "vllm-0.33.0"]  # (vLLM written: it looks finished)
+    assert (world["env"] / stagebuild.MARKER).exists()
+    return world["env"]
+
+
+def test_a_staging_killed_mid_install_is_never_reused_and_the_next_run_removes_it(world, tmp_path, capsys):
+    env = _kill_staging_mid_install(world, tmp_path)
+    run_envs = module_runner(vllm_envs.main, capsys)
+    args = {"envs_dir": str(env.parent), "adopt_venv": str(world["current"]), "target_version": "0.33.0",
+            "decide": True, "uv_cache_dir": [], "stamp": "20261207T120000Z"}
+    # check mode: says what it would remove, removes nothing
+    code, res = run_envs(args, check=True)
+    assert code == 0, res["msg"]
+    assert res["reuse"] == "" and res["action"] == "build" and res["env"] != str(env)
+    assert res["unfinished"] == [str(env)] and res["unfinished_removed"] == [] and env.exists()
+    assert "would remove 1 unfinished staging(s) a killed run left: %s" % env in res["msg"]
+    # the run that owns the environments: not reused, removed, said so
+    code, res = run_envs(args)
+    assert code == 0, res["msg"]
+    assert res["reuse"] == "" and res["action"] == "build" and str(env) not in res["staged"]
+    assert res["reuse_check"]["skipped"] is True
+    assert res["unfinished"] == [str(env)] and res["unfinished_removed"] == [str(env)]
+    assert res["changed"] is True and not env.exists()
+    assert "removed 1 unfinished staging(s) a killed run left: %s" % env in res["msg"]
+    assert (world["current"] / "bin" / "keep").read_text() == "the serving environment\n"
+
+
+def test_a_staging_still_running_is_left_to_it(world):
+    # the mark of a process that runs (this one) is another run's staging: listed, never reused, not removed
+    env = world["env"]
+    (env / "bin").mkdir(parents=True)
+    (env / stagebuild.MARKER).write_text(venvs.staging_mark("0" * 32))
+    found = venvs.read_envs(str(env.parent), "vllm", 2, target_version="0.33.0")
+    assert [e["path"] for e in found["unfinished"]] == [str(env)] and found["reuse"] == ""
+    assert found["unfinished"][0]["owner"] == "process %d" % os.getpid()
+    done = venvs.remove_unfinished(str(env.parent), found["unfinished"])
+    assert done["removed"] == [] and done["left"] == [[str(env), "process %d still stages into it" % os.getpid()]]
+    assert env.exists()
+
+
+def test_a_mark_of_a_process_gone_or_of_another_boot_names_no_owner(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    mark = venvs.staging_mark("0" * 32, pid=child.pid)
+    assert venvs.staging_owner(mark) == "process %d" % child.pid or child.poll() is not None
+    child.wait(timeout=30)
+    assert venvs.staging_owner(mark) == ""
+    mine = venvs.staging_mark("0" * 32)
+    assert venvs.staging_owner(mine) == "process %d" % os.getpid()
+    # (a process id reused by another process: another start time)
+    start = mine.split("start=")[1].split()[0]
+    assert venvs.staging_owner(mine.replace("start=%s" % start, "start=%d" % (int(start) + 1))) == ""
+    assert venvs.staging_owner(mine.replace(" boot=", " boot=x")) == ""
+    for odd in ("", "0" * 32, "0" * 32 + " pid=abc start=1", "0" * 32 + " pid=%d start=-" % os.getpid()):
+        assert venvs.staging_owner(odd) == ""
