@@ -52,7 +52,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import describe_control, shown
 from ansible_collections.gpufleet.vllm.plugins.module_utils.systemd import unit_name_problem
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _NAMED_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 

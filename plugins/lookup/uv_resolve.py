@@ -143,8 +143,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import uvcli
 
 LATEST = ("", "latest")
 # A PEP 440 version, with an optional local part (nightlies: 0.16.0rc2.dev344+gea5f903f8).
-EXACT_VERSION_RE = re.compile(r"^v?[0-9][0-9A-Za-z.!+_-]*$")
-NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+EXACT_VERSION_RE = re.compile(r"^v?[0-9][0-9A-Za-z.!+_-]*\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\Z")
 SPECIFIER_RE = uvcli.SPECIFIER_RE
 STDOUT_CAP = uvcli.STDOUT_CAP
 STDERR_TAIL = uvcli.STDERR_TAIL
@@ -200,7 +200,7 @@ def parse_version(stdout, name):
     wanted = normalize_name(name)
     for line in (stdout or "").splitlines():
         line = line.split("#", 1)[0].strip()
-        match = re.match(r"^([A-Za-z0-9._-]+)\s*==\s*(\S+?)(\s*;.*)?$", line)
+        match = re.match(r"^([A-Za-z0-9._-]+)\s*==\s*(\S+?)(\s*;.*)?\Z", line)
         if match and normalize_name(match.group(1)) == wanted:
             return match.group(2)
     return None

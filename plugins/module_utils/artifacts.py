@@ -59,7 +59,7 @@ ORDINARY_NAMES = ('passwd', 'shadow', 'hosts', 'fstab', 'config.json', 'tokenize
                   'krb5cc_0', 'lost+found', 'vllm.log', 'server.pid', 'output.json', 'model.pt', 'checkpoint.pt')
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, 'O_CLOEXEC', 0)
-_AGE = re.compile(r'^\s*(\d+)\s*([smhdw]?)\s*$')
+_AGE = re.compile(r'^\s*(\d+)\s*([smhdw]?)\s*\Z')
 _AGE_UNITS = {'': 1, 's': 1, 'm': 60, 'h': 3600, 'd': 86400, 'w': 604800}
 
 

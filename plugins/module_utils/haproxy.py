@@ -53,7 +53,7 @@ import time
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
 
-NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
 # the most bytes of one answer (a `show stat` of some hundred servers is some hundred KiB)
 DEFAULT_MAX_BYTES = 4 << 20
 ADMIN_STATES = ("ready", "drain", "maint")
@@ -173,8 +173,22 @@ def _stat_rows(path, timeout, max_bytes):
         raise HaproxyError("HAProxy at %s answered `show stat` with something that is not its CSV: %r" % (
             path, answer[:120]), "answer")
     header = lines[0][2:].split(",")
-    reader = csv.reader([ln for ln in lines[1:] if ln.strip()])
-    return [dict(zip(header, row)) for row in reader]
+    for needed in ("pxname", "svname"):
+        if needed not in header:
+            raise HaproxyError("HAProxy at %s answered `show stat` with a header without %s: %r" % (
+                path, needed, lines[0][:120]), "answer")
+    least = max(header.index("pxname"), header.index("svname")) + 1
+    rows = []
+    try:
+        for number, row in enumerate(csv.reader([ln for ln in lines[1:] if ln.strip()]), 2):
+            if len(row) < least:
+                raise HaproxyError("HAProxy at %s answered `show stat` with line %d of %d fields, too few to hold "
+                                   "pxname and svname: %r" % (path, number, len(row), ",".join(row)[:120]), "answer")
+            rows.append(dict(zip(header, row)))
+    except csv.Error as exc:
+        raise HaproxyError("HAProxy at %s answered `show stat` with CSV that cannot be read: %s" % (path, exc),
+                           "answer")
+    return rows
 
 
 def _int(value):
@@ -242,7 +256,11 @@ def backend_servers(path, backend, timeout=5.0, max_bytes=DEFAULT_MAX_BYTES):
             continue
         name = row["svname"]
         state = states.get(name, {})
-        admin = admin_of(_int(state.get("srv_admin_state")))
+        bits = state.get("srv_admin_state", "0")
+        if not re.match(r"[0-9]{1,10}\Z", bits):
+            raise HaproxyError("HAProxy at %s answered `show servers state %s` with srv_admin_state %r for server "
+                               "%s, which is not a number" % (path, backend, valid_text(bits)[:40], name), "answer")
+        admin = admin_of(int(bits))
         status = row.get("status", "")
         addr = row.get("addr", "")
         address, _sep, port = addr.rpartition(":") if ":" in addr else (state.get("srv_addr", addr), "", "")

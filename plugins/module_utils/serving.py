@@ -28,7 +28,8 @@ many GPUs its parallelism needs (the pre-flight's parallelism check):
 
 Both ``--name value`` and ``--name=value`` are read, ``--name_with_underscores``
 too (vLLM accepts both spellings); as with argparse the last occurrence wins.
-What this does not see: a ``--config`` YAML file, abbreviated option names,
+What this does not see: a ``--config`` YAML file (named in ``config_files``:
+:func:`unsure_reason` says so, and the unit's GPUs then count as unknown), abbreviated option names,
 multi-node runs (``--nnodes``, ``--headless``: reported, the fit check is
 then skipped), and ``CUDA_DEVICE_ORDER`` (CUDA numbers the GPUs fastest
 first by default, NVML by PCI bus; on a host of identical GPUs both orders
@@ -83,7 +84,7 @@ _FLAGS = {
     "--headless": ("headless", True),
 }
 _SIZES = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "data_parallel_size_local", "nnodes")
-_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+_UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+\Z")
 
 
 class ServingConfigError(ValueError):
@@ -142,19 +143,28 @@ def serving_config(argv, environment=None):
     data_parallel_size_local (ints), enable_expert_parallel (bool),
     multi_node (bool), visible_devices (list of indices and UUIDs, or None
     when CUDA_VISIBLE_DEVICES is unset), world_size (the workers, hence GPUs,
-    on this host: tp x pp x dp-local) and gpus (the GPUs they take: the first
-    world_size of visible_devices, or 0 .. world_size - 1).
+    on this host: tp x pp x dp-local), gpus (the GPUs they take: the first
+    world_size of visible_devices, or 0 .. world_size - 1) and config_files
+    (the ``--config`` files, not read: see unsure_reason).
     Raises ServingConfigError naming every malformed value.
     """
     values = {"gpu_memory_utilization": None, "tensor_parallel_size": 1, "pipeline_parallel_size": 1,
               "data_parallel_size": 1, "data_parallel_size_local": None, "enable_expert_parallel": False,
               "nnodes": 1, "headless": False}
     problems = []
+    config_files = []
     words = ["" if w is None else str(w) for w in (argv or [])]
     i = 0
     while i < len(words):
         name, inline = _name(words[i])
         i += 1
+        if name == "--config":
+            # (vLLM reads options from this YAML file, the command line's own ones winning: not read here)
+            if inline is None and i < len(words):
+                inline = words[i]
+                i += 1
+            config_files.append(inline or "")
+            continue
         if name in _FLAGS:
             key, value = _FLAGS[name]
             values[key] = value
@@ -206,7 +216,17 @@ def serving_config(argv, environment=None):
         "visible_devices": visible,
         "world_size": world,
         "gpus": gpus,
+        "config_files": config_files,
     }
+
+
+def unsure_reason(config):
+    """Why CONFIG (serving_config's dict) may not be what the server uses, or None: a ``--config`` YAML file may set
+    the parallel sizes and ``--gpu-memory-utilization``, and it is not read here."""
+    if config.get("config_files"):
+        return "unsure: --config %s not read (vLLM takes options such as tensor-parallel-size from it)" % ", ".join(
+            repr(f) if not f or any(c in f for c in " ,'\"") else f for f in config["config_files"])
+    return None
 
 
 DEFAULT_PORT = 8000
@@ -244,7 +264,7 @@ def endpoint(argv, environment=None):
         if not values:
             raise ServingConfigError("%s needs a value" % name)
         if name == "--port":
-            if not re.match(r"^[0-9]{1,5}$", values[0]) or not 1 <= int(values[0]) <= 65535:
+            if not re.match(r"^[0-9]{1,5}\Z", values[0]) or not 1 <= int(values[0]) <= 65535:
                 raise ServingConfigError("--port must be a port number from 1 to 65535; got %r" % values[0])
             port = int(values[0])
         elif name == "--served-model-name":

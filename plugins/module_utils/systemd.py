@@ -72,8 +72,9 @@ RUNNING_STATES = ACTIVE_STATES + ("deactivating",)
 MAX_SHOW_CHARS = 64 * 1024
 VERBS = ("start", "stop", "restart", "daemon-reload", "enable", "disable")
 
-_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@\\-]+\Z")
 UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice",
               "scope")
 
@@ -128,7 +129,7 @@ def parse_show(text, unit="the unit", properties=UNIT_PROPERTIES):
         if key in INT_PROPERTIES:
             if value == "":
                 value = None
-            elif re.match(r"^[0-9]+$", value):
+            elif re.match(r"^[0-9]+\Z", value):
                 value = int(value)
             else:
                 raise SystemdError("%s printed %s=%s, which is not a number" % (where, key, _shown_line(value)))
@@ -319,7 +320,7 @@ def unit_name(text):
 
 #: The comment line the service role's unit template writes into every unit it renders (templates/vllm.service.j2),
 #: matched whole, in the comment block before the first section.
-MANAGED_MARKER = re.compile(rb"^# vLLM server for .*, rendered by the gpufleet\.vllm\.service role\.$")
+MANAGED_MARKER = re.compile(rb"^# vLLM server for .*, rendered by the gpufleet\.vllm\.service role\.\Z")
 #: The properties read of each managed unit.
 MANAGED_PROPERTIES = ("LoadState", "ActiveState", "SubState", "MainPID", "UnitFileState", "DropInPaths")
 MANAGED_MAX_ENTRIES = 4096
@@ -409,7 +410,7 @@ def split_words(value, what, dollar=True):
                 if i + 1 >= n:
                     raise ValueError("%s ends in an unfinished escape" % what)
                 nxt = value[i + 1]
-                if nxt == "x" and re.match(r"^[0-9a-fA-F]{2}$", value[i + 2:i + 4]):
+                if nxt == "x" and re.match(r"^[0-9a-fA-F]{2}\Z", value[i + 2:i + 4]):
                     word.append(chr(int(value[i + 2:i + 4], 16)))
                     i += 4
                     continue
@@ -446,11 +447,14 @@ def parse_rendered_unit(text, name="the unit"):
     Raises ValueError naming what is not as the template writes it (no
     ExecStart=, more than one, a word that needs systemd to resolve it).
     ``environment_files``: the EnvironmentFile= lines, whose variables are
-    not read here (the GPUs of such a unit are not known).
+    not read here (the GPUs of such a unit are not known). UnsetEnvironment=
+    is applied last, as systemd applies it (``NAME`` removes the variable,
+    ``NAME=value`` only that assignment, an empty line resets the list).
     """
     argv = None
     environment = {}
     environment_files = []
+    unset = []
     for section, key, value in _unit_lines(text):
         if section != "Service":
             continue
@@ -469,11 +473,24 @@ def parse_rendered_unit(text, name="the unit"):
         elif key == "Environment":
             for word in split_words(value, "an Environment= line of %s" % name, dollar=False):
                 env_name, sep, env_value = word.partition("=")
-                if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", env_name):
+                if not sep or not _ENV_NAME.match(env_name):
                     raise ValueError("%s: the Environment= assignment %r is not NAME=value" % (name, word[:80]))
                 environment[env_name] = env_value
+        elif key == "UnsetEnvironment" and not value:
+            unset = []
+        elif key == "UnsetEnvironment":
+            for word in split_words(value, "an UnsetEnvironment= line of %s" % name, dollar=False):
+                env_name, sep, env_value = word.partition("=")
+                if not _ENV_NAME.match(env_name):
+                    raise ValueError("%s: the UnsetEnvironment= entry %r is not NAME or NAME=value" % (name, word[:80]))
+                unset.append((env_name, env_value if sep else None))
     if not argv:
         raise ValueError("%s has no ExecStart= command line" % name)
+    # (systemd removes these last, whatever the order of the lines: NAME removes the variable, NAME=value only
+    # that assignment)
+    for env_name, env_value in unset:
+        if env_name in environment and (env_value is None or environment[env_name] == env_value):
+            del environment[env_name]
     return {"argv": argv, "environment": environment, "environment_files": environment_files}
 
 
@@ -563,9 +580,13 @@ def gpus_of(rendered, drop_ins=""):
     if drop_ins and drop_ins.strip():
         return None, "its drop-ins %s may change its command line or environment" % drop_ins.strip()
     try:
-        return serving.serving_config(rendered["argv"], rendered["environment"])["gpus"], None
+        config = serving.serving_config(rendered["argv"], rendered["environment"])
     except serving.ServingConfigError as exc:
         return None, "its serving arguments are not valid: %s" % exc
+    unsure = serving.unsure_reason(config)
+    if unsure:
+        return None, unsure
+    return config["gpus"], None
 
 
 def share_gpus(first, second):

@@ -32,11 +32,11 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import bounded
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character
 
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-PYTHON_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
-PLATFORM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PYTHON_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}\Z")
+PLATFORM_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # one PEP 440 version clause, as a requirement carries it (==0.33.0, >=0.32, ==0.33.*)
-SPECIFIER_RE = re.compile(r"^\s*(===|==|~=|!=|>=|<=|<|>)\s*[0-9A-Za-z.*!+_-]+\s*$")
+SPECIFIER_RE = re.compile(r"^\s*(===|==|~=|!=|>=|<=|<|>)\s*[0-9A-Za-z.*!+_-]+\s*\Z")
 #: uv's environment settings kept from the control node's environment (they do not change what is resolved)
 UV_ENV_KEPT = ("UV_CACHE_DIR", "UV_HTTP_TIMEOUT", "UV_NATIVE_TLS", "UV_CONCURRENT_DOWNLOADS", "UV_NO_PROGRESS")
 STDOUT_CAP = 1024 * 1024

@@ -68,7 +68,7 @@ DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 ERROR_BODY_BYTES = 64 * 1024
 MAX_REDIRECTS = 5
 MAX_WAIT_SECONDS = 7 * 24 * 3600
-HOST_CHARS = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\.?$")
+HOST_CHARS = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\.?\Z")
 
 STAGES = ("health", "models", "completion")
 STAGE_TEXT = {

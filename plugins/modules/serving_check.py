@@ -145,6 +145,13 @@ serving:
       type: list
       elements: raw
       sample: [0, 1, 2, 3, 4, 5, 6, 7]
+    config_files:
+      description:
+        - The C(--config) YAML files of the command line. They are not read, so the sizes and GPUs above may not be
+          what the server uses (RV(notes) says so).
+      type: list
+      elements: str
+      sample: []
   sample: {gpu_memory_utilization: 0.9, gpu_memory_utilization_given: false, multi_node: false,
            tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, data_parallel_size_local: 1,
            enable_expert_parallel: true, visible_devices: null, world_size: 8, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
@@ -211,6 +218,8 @@ def main():
                          changed=False, check_mode=module.check_mode, problems=[str(exc)], notes=[], serving=None,
                          gpu_count=None, experts=None)
     notes = []
+    if serving.unsure_reason(config):
+        notes.append(serving.unsure_reason(config))
     gpu_count, uuids = None, None
     if params["nvml"] and not config["multi_node"]:
         gpu_count, uuids, why = read_gpus(params["nvml_venvs"], params["call_timeout"])

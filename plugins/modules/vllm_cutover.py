@@ -647,6 +647,9 @@ def main():
             module.warn("%s has drop-ins or an EnvironmentFile= (%s) that were not read: the port, served name and "
                         "GPUs are those of its unit file." % (unit, " ".join(
                             [(props.get("DropInPaths") or "").strip()] + rendered["environment_files"]).strip()))
+        if serving.unsure_reason(config):
+            module.warn("%s: %s; the GPUs and memory the loaded gate expects are those of its command line."
+                        % (unit, serving.unsure_reason(config)))
         port, served_model_name = where["port"], where["served_model_name"]
         # (an address it listens on only, not a wildcard: reach it there)
         if where["host"] and where["host"] not in ("0.0.0.0", "::", "[::]"):

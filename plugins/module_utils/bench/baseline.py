@@ -42,11 +42,11 @@ import statistics
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
-QUANT_NAME = re.compile(r'^[a-z0-9][a-z0-9._+-]{0,31}$')
+QUANT_NAME = re.compile(r'^[a-z0-9][a-z0-9._+-]{0,31}\Z')
 DTYPES = {'bfloat16': 'bf16', 'float16': 'fp16', 'half': 'fp16', 'float32': 'fp32', 'float': 'fp32'}
 # names YAML would read as something other than text when written bare
 _YAML_WORDS = frozenset(('null', 'true', 'false', 'yes', 'no', 'on', 'off', 'y', 'n', '~'))
-_PLAIN_KEY = re.compile(r'^[A-Za-z][A-Za-z0-9_.-]*$')
+_PLAIN_KEY = re.compile(r'^[A-Za-z][A-Za-z0-9_.-]*\Z')
 
 
 def normalize_quantization(value):

@@ -152,6 +152,57 @@ def test_a_check_in_progress_reads_as_its_last_result(scripted):
     assert found == {"a": "L7OK", "b": "L7STS"}
 
 
+STATE_HEADER = "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_port\n"
+
+
+def test_two_backends_with_the_same_server_names_are_kept_apart(scripted):
+    # "other" has servers named as vllm's, one in maint and down; `show servers state` may answer every backend
+    stat = ("# pxname,svname,scur,status,check_status,check_desc,addr\n"
+            "other,a,7,DOWN,L7STS,Wrong status,10.0.0.9:9000\n"
+            "vllm,a,0,UP,L7OK,Layer7 check passed,127.0.0.1:8000\n"
+            "vllm,b,0,UP,L7OK,Layer7 check passed,127.0.0.1:8001\n"
+            "other,b,3,UP,L7OK,Layer7 check passed,10.0.0.9:9001\n"
+            "other,c,0,UP,L7OK,Layer7 check passed,10.0.0.9:9002\n"
+            "vllm,BACKEND,0,UP,,,\nother,BACKEND,0,UP,,,\n")
+    state = (STATE_HEADER + "3 vllm 1 a 127.0.0.1 2 0 8000\n4 other 1 a 10.0.0.9 0 1 9000\n"
+             "3 vllm 2 b 127.0.0.1 2 0 8001\n4 other 2 b 10.0.0.9 2 8 9001\n\n")
+    server = scripted(lambda line: (stat if line.startswith("show stat") else state).encode())
+    found = haproxy.backend_servers(server.path, "vllm")
+    assert [(s["name"], s["admin"], s["status"], s["sessions"], s["port"]) for s in found] == [
+        ("a", "ready", "UP", 0, 8000), ("b", "ready", "UP", 0, 8001)]
+
+
+@pytest.mark.parametrize("stat, words", [
+    # a header without svname; a row too short to hold it; a field past csv's field size limit; a NUL byte
+    ("# pxname,scur,status\nvllm,0,UP\n", "a header without svname"),
+    ("# pxname,svname,scur,status\nvllm,a,0,UP\nvllm\nvllm,BACKEND,0,UP\n", "line 3 of 1 fields, too few"),
+    ("# pxname,svname,scur,status\nvllm,a,0,\"%s\"\nvllm,BACKEND,0,UP\n" % ("U" * 200000),
+     "CSV that cannot be read: field larger than field limit"),
+    ("# pxname,svname,scur,status\nvllm,a,0,\"UP\x00\"\nvllm,BACKEND,0,UP\n", None),
+])
+def test_a_show_stat_of_odd_shape_is_an_answer_error(scripted, stat, words):
+    state = STATE_HEADER + "3 vllm 1 a 127.0.0.1 2 0 8000\n"
+    server = scripted(lambda line: (stat if line.startswith("show stat") else state).encode())
+    try:
+        found = haproxy.backend_servers(server.path, "vllm")
+    except haproxy.HaproxyError as exc:
+        assert exc.kind == "answer" and (words is None or words in str(exc)), str(exc)
+    else:
+        # (a NUL byte is no CSV fault for Python 3.11's csv: then it is the status as HAProxy wrote it)
+        assert words is None and [s["name"] for s in found] == ["a"]
+
+
+@pytest.mark.parametrize("bits", ["x", "1" * 5000, "-1", "0x08"])
+def test_an_admin_state_that_is_no_number_is_an_answer_error(scripted, bits):
+    # (read as 0 it would say "ready" of a server HAProxy may hold in drain or maint)
+    stat = "# pxname,svname,scur,status\nvllm,a,0,UP\nvllm,BACKEND,0,UP\n"
+    state = STATE_HEADER + "3 vllm 1 a 127.0.0.1 2 %s 8000\n" % bits
+    server = scripted(lambda line: (stat if line.startswith("show stat") else state).encode())
+    with pytest.raises(haproxy.HaproxyError) as err:
+        haproxy.backend_servers(server.path, "vllm")
+    assert err.value.kind == "answer" and "srv_admin_state" in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("line", ["show stat\nshutdown frontend fe", "show stat;shutdown frontend fe",
                                   "show stat\rx"])
 def test_command_refuses_a_second_command(scripted, line):
@@ -164,6 +215,7 @@ def test_command_refuses_a_second_command(scripted, line):
 @pytest.mark.parametrize("name,ok", [
     ("rollout-1", True), ("10.0.0.5:8000", True), ("a_b.c", True), ("x" * 64, True), ("x" * 65, False),
     ("", False), ("a b", False), ("a;b", False), ("a\nb", False), ("a/b", False), ("é", False), (None, False),
+    ("s1\n", False), ("vllm\n", False), ("s1\r", False),
     (3, False),
 ])
 def test_name_problem(name, ok):

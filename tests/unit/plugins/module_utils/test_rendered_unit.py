@@ -107,6 +107,37 @@ def test_an_empty_environment_line_resets_and_an_environment_file_makes_the_gpus
     assert gpus is None and "drop-ins /etc/systemd/system/u.service.d/override.conf" in why
 
 
+@pytest.mark.parametrize("lines, environment", [
+    # (removed last, whatever the order; NAME=value removes only that assignment; an empty line resets the list)
+    (["UnsetEnvironment=CUDA_VISIBLE_DEVICES", 'Environment="CUDA_VISIBLE_DEVICES=4,5"'], {"A": "1"}),
+    (['Environment="CUDA_VISIBLE_DEVICES=4,5"', "UnsetEnvironment=CUDA_VISIBLE_DEVICES=4,5 A"], {}),
+    (["UnsetEnvironment=CUDA_VISIBLE_DEVICES=0", 'Environment="CUDA_VISIBLE_DEVICES=4,5"'],
+     {"A": "1", "CUDA_VISIBLE_DEVICES": "4,5"}),
+    (["UnsetEnvironment=CUDA_VISIBLE_DEVICES", "UnsetEnvironment=", 'Environment="CUDA_VISIBLE_DEVICES=4,5"'],
+     {"A": "1", "CUDA_VISIBLE_DEVICES": "4,5"}),
+])
+def test_unset_environment_is_applied_as_systemd_applies_it(lines, environment):
+    text = "[Service]\nEnvironment=A=1\n%s\nExecStart=/opt/vllm/bin/vllm serve /m -tp 2\n" % "\n".join(lines)
+    rendered = systemd.parse_rendered_unit(text)
+    assert rendered["environment"] == environment
+    assert systemd.gpus_of(rendered)[0] == ([4, 5] if "CUDA_VISIBLE_DEVICES" in environment else [0, 1])
+
+
+def test_an_unset_environment_entry_that_is_no_name_is_refused():
+    with pytest.raises(ValueError, match="UnsetEnvironment= entry '1A' is not NAME"):
+        systemd.parse_rendered_unit("[Service]\nUnsetEnvironment=1A\nExecStart=/v serve /m\n")
+
+
+@pytest.mark.parametrize("argv", [["vllm", "serve", "/m", "--config", "/etc/vllm/kimi.yaml"],
+                                  ["vllm", "serve", "/m", "--config=/etc/vllm/kimi.yaml", "-tp", "8"]])
+def test_a_config_file_makes_the_gpus_unsure(argv):
+    rendered = {"argv": argv, "environment": {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, "environment_files": []}
+    assert systemd.gpus_of(rendered) == (
+        None, "unsure: --config /etc/vllm/kimi.yaml not read (vLLM takes options such as tensor-parallel-size from it)")
+    # (--config-format is another option: the model's config format)
+    assert serving.serving_config(["vllm", "serve", "/m", "--config-format", "hf"])["config_files"] == []
+
+
 def test_exec_start_outside_the_service_section_is_not_read():
     text = '[Unit]\nExecStart="/evil"\n[Service]\nExecStart="/opt/vllm/bin/vllm" "serve" "/m"\n'
     assert systemd.parse_rendered_unit(text)["argv"] == ["/opt/vllm/bin/vllm", "serve", "/m"]

@@ -238,6 +238,8 @@ def test_unknown_server_names_the_servers(world, run):
 @pytest.mark.parametrize("field,value", [
     ("server", "a b"), ("server", "a;b"), ("server", "a\nset server vllm/rollout-1 state maint"),
     ("backend", "vllm;show info"), ("server", ""), ("server", "x" * 65),
+    # ($ of a regular expression matches before a final line break: the whole name is checked)
+    ("server", "rollout-1\n"), ("backend", "vllm\n"),
 ])
 def test_names_are_checked_before_anything_is_sent(world, run, field, value):
     rc, out = run(args(world, **{field: value, "state": "maint"} if field == "server"

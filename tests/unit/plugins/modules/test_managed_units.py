@@ -273,3 +273,40 @@ def test_enabled_without_a_unit_to_keep_is_refused(world, keep):
     assert rc == 1 and result["changed"] is False
     assert result["msg"].startswith("enabled sets the boot state of the unit keep names: give keep")
     assert "enabled" in world.systemctl("is-enabled", "vllm-kimi.service").stdout
+
+
+def test_unset_environment_removes_the_gpus_set_before_it(world):
+    # kimi's file pins GPUs 4-7, then unsets the variable (as an override would): its server takes GPUs 0-3, those of
+    # the model switched to, so it is one of the others to stop
+    world.unit("vllm-kimi-k25.service", running=True, enabled=True)
+    world.unit("vllm-minimax-m25.service")
+    (world.unit_dir / "vllm-kimi-k25.service").write_text(
+        rendered("kimi", "4,5,6,7").replace("Type=exec\n", "Type=exec\nUnsetEnvironment=CUDA_VISIBLE_DEVICES\n"))
+    (world.unit_dir / "vllm-minimax-m25.service").write_text(rendered("minimax", "0,1,2,3"))
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    kimi = dict((u["unit"], u) for u in res["units"])["vllm-kimi-k25.service"]
+    assert kimi["gpus"] == [0, 1, 2, 3] and kimi["shares_gpus"] is True
+    assert [u["unit"] for u in res["others"]] == ["vllm-kimi-k25.service"]
+
+
+def test_a_unit_whose_sizes_come_from_a_config_file_counts_as_sharing(world, tmp_path):
+    # --config gives vLLM options (tensor-parallel-size: 8 here) that the unit's own words do not show
+    config = tmp_path / "kimi.yaml"
+    config.write_text("tensor-parallel-size: 8\n")
+    world.unit("vllm-kimi-k25.service", running=True)
+    world.unit("vllm-minimax-m25.service")
+    (world.unit_dir / "vllm-kimi-k25.service").write_text(
+        rendered("kimi", tp=4).replace('"serve"', '"serve" "--config" "%s"' % config))
+    (world.unit_dir / "vllm-minimax-m25.service").write_text(rendered("minimax", "4,5,6,7"))
+    rc, res = world.run(keep="vllm-minimax-m25")
+    assert rc == 0, res
+    kimi = res["others"][0]
+    assert kimi["unit"] == "vllm-kimi-k25.service" and kimi["gpus"] is None and kimi["shares_gpus"] is True
+    assert kimi["gpus_unknown"].startswith("unsure: --config %s not read" % config)
+
+
+@pytest.mark.parametrize("keep", ["vllm-minimax-m25\n", "vllm-minimax-m25.service\n"])
+def test_a_unit_name_ending_in_a_line_break_is_refused(world, keep):
+    rc, res = world.run(keep=keep)
+    assert rc == 1 and "holds characters a unit name cannot have" in res["msg"], res
