@@ -17,7 +17,12 @@ Public API (used by the ``gpu_health_info`` module):
 * :func:`thresholds_argument_spec`, :data:`DEFAULT_THRESHOLDS`,
   :func:`validate_thresholds` (sentences, empty when valid) and
   :func:`effective_thresholds` (defaults filled in).
-* :func:`read_health` -- one snapshot (NVML open) of every GPU's fields.
+* :func:`validate_required` -- the fields an operator requires (REQUIRABLE):
+  a required field that is unknown is a problem, not left out of the verdict.
+* :func:`read_health` -- one snapshot (NVML open) of every GPU's fields; the
+  GPU count is nvml.device_count's, bounded (a count no host has is refused).
+* :func:`sample_clocks` -- more readings of the clock event reasons where the
+  first shows a transient one (TRANSIENT_REASONS), a bounded window.
 * :func:`evaluate_gpu` -- the problems (sentences) and notes of one GPU's
   readings against thresholds and the PIDs allowed on the GPUs.
 * :func:`allowed_pids` -- the allowed PIDs: the listed ones plus a process
@@ -50,6 +55,20 @@ CLOCK_REASONS = (
 )
 REASON_NAMES = tuple(name for name, dummy, dummy2 in CLOCK_REASONS)
 _REASON_TEXT = dict((name, text) for name, dummy, text in CLOCK_REASONS)
+_REASON_BIT = dict((name, bit) for name, bit, dummy in CLOCK_REASONS)
+
+# Clock event reasons that come and go within a second under load (a power
+# cap or power brake while the load swings, a thermal slowdown for a
+# moment): one reading of them proves nothing, so they are judged over a short
+# window of readings (thresholds clock_samples, clock_sample_interval_ms) and
+# count only when present in most of them. HW slowdown (0x8) is the summary
+# bit the hardware sets with its causes: with HW thermal slowdown or HW power
+# brake in the same reading it is judged with them, over the window; alone it
+# is held by the hardware and counts at once, as every other reason does.
+# The persistent findings (ECC, retired pages, remapped rows, the PCIe link
+# width, persistence mode, temperature, foreign processes) count at once.
+TRANSIENT_REASONS = ("sw_power_cap", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+_HW_CAUSES = 0x40 | 0x80
 
 DEFAULT_THRESHOLDS = {
     "max_uncorrected_ecc_errors": 0,
@@ -63,7 +82,14 @@ DEFAULT_THRESHOLDS = {
     "pcie_gen_below_max_when_idle_is_problem": False,
     "persistence_mode_required": True,
     "other_processes_allowed": False,
+    "ecc_off_allowed": False,
+    "clock_samples": 5,
+    "clock_sample_interval_ms": 500,
 }
+
+# the bounds of the window of readings for the transient clock event reasons
+MAX_CLOCK_SAMPLES = 20
+MAX_CLOCK_WINDOW_MS = 10000
 
 # the most PIDs read from /proc while looking for a process's descendants
 MAX_PROC_ENTRIES = 65536
@@ -73,6 +99,15 @@ MAX_DESCENDANTS = 4096
 FIELDS = ("ecc_mode", "ecc_errors", "ecc_errors_aggregate", "retired_pages", "remapped_rows", "clocks_event_reasons",
           "temperature", "temperature_slowdown", "power", "power_limit", "pcie", "pcie_max", "persistence_mode",
           "processes")
+# the names in a GPU's unknown list, in that order: a PCIe link of which only the generation or only the width
+# cannot be read has that half unknown (pcie_gen, pcie_width, pcie_max_gen, pcie_max_width)
+UNKNOWN_NAMES = FIELDS[:FIELDS.index("pcie")] + ("pcie", "pcie_gen", "pcie_width", "pcie_max", "pcie_max_gen",
+                                                 "pcie_max_width") + FIELDS[FIELDS.index("pcie_max") + 1:]
+# the fields an operator can require (option required): each name and the unknown names that break it; ecc is
+# ECC's mode and its counters since the driver loaded
+REQUIRABLE = dict((field, (field,)) for field in FIELDS)
+REQUIRABLE.update(pcie=("pcie", "pcie_gen", "pcie_width"), pcie_max=("pcie_max", "pcie_max_gen", "pcie_max_width"),
+                  ecc=("ecc_mode", "ecc_errors"))
 
 
 def thresholds_argument_spec():
@@ -94,6 +129,9 @@ def thresholds_argument_spec():
                 type="bool", default=d["pcie_gen_below_max_when_idle_is_problem"]),
             persistence_mode_required=dict(type="bool", default=d["persistence_mode_required"]),
             other_processes_allowed=dict(type="bool", default=d["other_processes_allowed"]),
+            ecc_off_allowed=dict(type="bool", default=d["ecc_off_allowed"]),
+            clock_samples=dict(type="int", default=d["clock_samples"]),
+            clock_sample_interval_ms=dict(type="int", default=d["clock_sample_interval_ms"]),
         ),
     )
 
@@ -141,9 +179,22 @@ def validate_thresholds(thresholds, pids=None, parent_pid=None):
             if bad:
                 problems.append("thresholds.throttle_reasons has unknown reasons %s; known: %s" % (
                     ", ".join(repr(r) for r in bad), ", ".join(REASON_NAMES)))
+    samples, interval = thresholds.get("clock_samples"), thresholds.get("clock_sample_interval_ms")
+    if samples is not None and (not _whole(samples) or not 1 <= samples <= MAX_CLOCK_SAMPLES):
+        problems.append("thresholds.clock_samples must be a whole number from 1 to %d (the readings of a transient "
+                        "clock event reason, such as 5; 1: one reading decides); got %r" % (MAX_CLOCK_SAMPLES, samples))
+    elif interval is not None and (not _whole(interval) or not 50 <= interval <= 2000):
+        problems.append("thresholds.clock_sample_interval_ms must be a whole number of milliseconds from 50 to 2000 "
+                        "(such as 500); got %r" % (interval,))
+    else:
+        window = (DEFAULT_THRESHOLDS["clock_samples"] if samples is None else samples) - 1
+        window *= DEFAULT_THRESHOLDS["clock_sample_interval_ms"] if interval is None else interval
+        if window > MAX_CLOCK_WINDOW_MS:
+            problems.append("thresholds.clock_samples and clock_sample_interval_ms make a window of %d ms; at most %d "
+                            "ms (a few seconds) are waited" % (window, MAX_CLOCK_WINDOW_MS))
     for key in ("retired_pages_pending_allowed", "remapped_rows_pending_allowed", "remapped_rows_failure_allowed",
                 "pcie_below_max_is_problem", "pcie_gen_below_max_when_idle_is_problem", "persistence_mode_required",
-                "other_processes_allowed"):
+                "other_processes_allowed", "ecc_off_allowed"):
         value = thresholds.get(key)
         if value is not None and not isinstance(value, bool):
             problems.append("thresholds.%s must be true or false; got %r" % (key, value))
@@ -154,6 +205,19 @@ def validate_thresholds(thresholds, pids=None, parent_pid=None):
         problems.append("allowed_parent_pid must be a process id from 1 to 4194304 (such as the MainPID of the "
                         "vLLM unit), or unset; got %r" % (parent_pid,))
     return problems
+
+
+def validate_required(required):
+    """Sentences, one per problem of REQUIRED, the fields a GPU must be able to report (empty list when valid)."""
+    if required is None:
+        return []
+    if not isinstance(required, (list, tuple)):
+        return ["required must be a list of field names (%s); got %r" % (", ".join(sorted(REQUIRABLE)), required)]
+    bad = [name for name in required if name not in REQUIRABLE]
+    if bad:
+        return ["required has unknown fields %s; known: %s" % (", ".join(repr(n) for n in bad),
+                                                              ", ".join(sorted(REQUIRABLE)))]
+    return []
 
 
 # ---------------------------------------------------------------- allowed processes
@@ -238,13 +302,49 @@ def _empty_gpu(index):
         "remapped_rows_corrected", "remapped_rows_uncorrected", "remapped_rows_pending", "remapped_rows_failure",
         "clocks_event_reasons", "clocks_event_reason_names", "temperature_c", "temperature_slowdown_c", "power_w",
         "power_limit_w", "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "pcie_gpu_max_gen",
-        "persistence_mode", "processes", "error"))
-    gpu.update(index=index, unknown=[])
+        "persistence_mode", "processes", "error", "temperature_source", "clocks_event_reason_window_s"))
+    gpu.update(index=index, unknown=[], clocks_event_reason_samples=[])
     return gpu
 
 
 def _reason_names(mask):
     return [name for name, bit, dummy in CLOCK_REASONS if mask & bit]
+
+
+def windowed_reasons(mask):
+    """The reasons of MASK judged over a window of readings (TRANSIENT_REASONS, and HW slowdown with its cause)."""
+    names = [name for name in TRANSIENT_REASONS if mask & _REASON_BIT[name]]
+    if mask & _REASON_BIT["hw_slowdown"] and mask & _HW_CAUSES:
+        names.append("hw_slowdown")
+    return names
+
+
+def _clocks_mask(pynvml, handle):
+    try:
+        return int(_field(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", handle))
+    except _Unknown:
+        return int(_field(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle))
+
+
+# the current temperature call (a versioned struct) and the one NVML marks for removal, tried in this order
+TEMPERATURE_CALLS = ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")
+
+
+def _temperature(pynvml, handle):
+    """(degrees Celsius, the call that answered): nvmlDeviceGetTemperatureV where pynvml and the driver have it, else
+    nvmlDeviceGetTemperature; _Unknown when the card has no such sensor."""
+    sensor = getattr(pynvml, "NVML_TEMPERATURE_GPU", 0)
+    mismatch = getattr(pynvml, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25)
+    try:
+        return int(_field(pynvml, TEMPERATURE_CALLS[0], handle, sensor)), TEMPERATURE_CALLS[0]
+    except _Unknown:
+        pass  # an older pynvml or driver without it
+    except TypeError:
+        pass  # a pynvml whose call takes other arguments
+    except pynvml.NVMLError as exc:
+        if getattr(exc, "value", None) != mismatch:
+            raise
+    return int(_field(pynvml, TEMPERATURE_CALLS[1], handle, sensor)), TEMPERATURE_CALLS[1]
 
 
 def _read_fields(pynvml, handle, gpu, names):
@@ -276,15 +376,13 @@ def _read_fields(pynvml, handle, gpu, names):
                    remapped_rows_pending=bool(pending), remapped_rows_failure=bool(failure))
 
     def clocks():
-        try:
-            mask = _field(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", handle)
-        except _Unknown:
-            mask = _field(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        gpu["clocks_event_reasons"] = int(mask)
-        gpu["clocks_event_reason_names"] = _reason_names(int(mask))
+        mask = _clocks_mask(pynvml, handle)
+        gpu["clocks_event_reasons"] = mask
+        gpu["clocks_event_reason_names"] = _reason_names(mask)
+        gpu["clocks_event_reason_samples"] = [mask]
 
     def temperature():
-        gpu["temperature_c"] = int(_field(pynvml, "nvmlDeviceGetTemperature", handle, 0))
+        gpu["temperature_c"], gpu["temperature_source"] = _temperature(pynvml, handle)
 
     def temperature_slowdown():
         gpu["temperature_slowdown_c"] = int(_field(pynvml, "nvmlDeviceGetTemperatureThreshold", handle, 1))
@@ -295,13 +393,23 @@ def _read_fields(pynvml, handle, gpu, names):
     def power_limit():
         gpu["power_limit_w"] = round(int(_field(pynvml, "nvmlDeviceGetEnforcedPowerLimit", handle)) / 1000.0, 1)
 
+    def link(prefix, gen_call, width_call):
+        # the generation and the width each on its own: the width is judged even when the generation is unknown
+        missing = []
+        for key, fname in ((prefix + "_gen", gen_call), (prefix + "_width", width_call)):
+            try:
+                gpu[key] = int(_field(pynvml, fname, handle))
+            except _Unknown:
+                missing.append(key)
+        if len(missing) == 2:
+            raise _Unknown(prefix)
+        gpu["unknown"].extend(missing)
+
     def pcie():
-        gpu["pcie_gen"] = int(_field(pynvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle))
-        gpu["pcie_width"] = int(_field(pynvml, "nvmlDeviceGetCurrPcieLinkWidth", handle))
+        link("pcie", "nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetCurrPcieLinkWidth")
 
     def pcie_max():
-        gpu["pcie_max_gen"] = int(_field(pynvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle))
-        gpu["pcie_max_width"] = int(_field(pynvml, "nvmlDeviceGetMaxPcieLinkWidth", handle))
+        link("pcie_max", "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth")
         try:
             gpu["pcie_gpu_max_gen"] = int(_field(pynvml, "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle))
         except _Unknown:
@@ -328,10 +436,7 @@ def _read_fields(pynvml, handle, gpu, names):
 def read_health(pynvml):
     """Every GPU's health fields (NVML initialised): a list of dicts (see _empty_gpu); raises NvmlUnavailable
     when the host-wide count cannot be read."""
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-    except pynvml.NVMLError as exc:
-        raise nvml._unavailable(pynvml, exc)  # pylint: disable=protected-access
+    count = nvml.device_count(pynvml)  # (bounded: a count no host has is refused, naming it)
     gpus = []
     names = {}
     for index in range(count):
@@ -344,7 +449,7 @@ def read_health(pynvml):
             gpu["pci_bus_id"] = nvml._text(  # pylint: disable=protected-access
                 getattr(pci, "busId", None) or getattr(pci, "busIdLegacy", None))
             _read_fields(pynvml, handle, gpu, names)
-        except (pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        except (pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError, MemoryError) as exc:
             if isinstance(exc, pynvml.NVMLError):
                 err = nvml._unavailable(pynvml, exc, index, count)  # pylint: disable=protected-access
             else:
@@ -352,6 +457,44 @@ def read_health(pynvml):
             gpu["error"] = {"name": err.name, "text": err.text, "message": err.message}
         gpus.append(gpu)
     return gpus
+
+
+def sample_clocks(pynvml, gpus, thresholds, sleep=time.sleep, clock=time.monotonic):
+    """More readings of the clock event reasons, for the GPUs whose first reading shows a transient reason that
+    THRESHOLDS count (windowed_reasons): up to clock_samples readings in all, clock_sample_interval_ms apart, ending
+    early once each such reason is present in most of them or can no longer be. The readings go to each GPU's
+    ``clocks_event_reason_samples`` and the seconds they took to ``clocks_event_reason_window_s``. A reading that fails
+    ends that GPU's window (what was read is judged)."""
+    samples = thresholds["clock_samples"]
+    need = samples // 2 + 1
+    pending = {}
+    for gpu in gpus:
+        first = gpu.get("clocks_event_reasons")
+        if gpu.get("error") or first is None or samples < 2:
+            continue
+        names = [n for n in windowed_reasons(first) if n in thresholds["throttle_reasons"]]
+        if names:
+            pending[gpu["index"]] = (gpu, names)
+    start = clock()
+    taken = 1
+    while pending and taken < samples:
+        sleep(thresholds["clock_sample_interval_ms"] / 1000.0)
+        taken += 1
+        for index in sorted(pending):
+            gpu, names = pending[index]
+            try:
+                mask = _clocks_mask(pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
+            except (_Unknown, pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError):
+                del pending[index]
+                continue
+            gpu["clocks_event_reason_samples"].append(mask)
+            left = samples - len(gpu["clocks_event_reason_samples"])
+            present = [sum(1 for m in gpu["clocks_event_reason_samples"] if m & _REASON_BIT[n]) for n in names]
+            if all(p >= need or p + left < need for p in present):
+                del pending[index]
+    for gpu in gpus:
+        if len(gpu.get("clocks_event_reason_samples") or []) > 1:
+            gpu["clocks_event_reason_window_s"] = round(clock() - start, 2)
 
 
 # ---------------------------------------------------------------- judging
@@ -370,11 +513,69 @@ def _plural(n, word):
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
 
 
-def evaluate_gpu(gpu, thresholds, allowed=None):
+def _clock_findings(gpu, t, label):
+    """(problems, notes) of the clock event reasons: at once from the first reading, the transient ones over the
+    window of readings (sample_clocks) when there is one."""
+    names = gpu.get("clocks_event_reason_names")
+    if names is None:
+        return [], []
+    samples = gpu.get("clocks_event_reason_samples") or []
+    windowed = windowed_reasons(samples[0]) if len(samples) > 1 else []
+    held, counts, momentary = [], [], []
+    for name in names:
+        if name not in t["throttle_reasons"]:
+            continue
+        if name not in windowed:
+            held.append(name)
+            continue
+        present = sum(1 for mask in samples if mask & _REASON_BIT[name])
+        if present * 2 > len(samples):
+            held.append(name)
+            counts.append("%s %d of %d" % (_REASON_TEXT[name], present, len(samples)))
+        else:
+            momentary.append("%s %d of %d" % (_REASON_TEXT[name], present, len(samples)))
+    window = gpu.get("clocks_event_reason_window_s") or 0.0
+    problems, notes = [], []
+    if held:
+        over = ", held in most readings over %.1f s (%s)" % (window, ", ".join(counts)) if counts else ""
+        problems.append("%s: clocks held down by %s (the reasons counted as problems: %s)%s: this GPU runs slower, "
+                        "and a tensor-parallel model runs at the pace of its slowest GPU; check cooling and "
+                        "power" % (label, ", ".join(_REASON_TEXT[n] for n in held), ", ".join(t["throttle_reasons"]),
+                                   over))
+    if momentary:
+        notes.append("%s: clocks held down for a moment only (%s readings over %.1f s): a reason that comes and goes "
+                     "under load counts only when it holds in most readings" % (label, ", ".join(momentary), window))
+    return problems, notes
+
+
+def _pcie_findings(gpu, t, label, names):
+    """(problems, notes) of the PCIe link: the width always (it does not drop at idle); the generation only from a
+    reading while the GPU is not idle (the link slows down to save power), unless the thresholds say otherwise."""
+    gen, width = gpu.get("pcie_gen"), gpu.get("pcie_width")
+    max_gen, max_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
+    if not t["pcie_below_max_is_problem"]:
+        return [], []
+    idle = "gpu_idle" in (names or [])
+    gen_known = None not in (gen, max_gen)
+    width_low = None not in (width, max_width) and width < max_width
+    gen_low = gen_known and gen < max_gen and (not idle or t["pcie_gen_below_max_when_idle_is_problem"])
+    if gen_low or width_low:
+        return ["%s: PCIe link %s x%s, the card can do %s x%s: a degraded link starves all-reduce over PCIe; reseat "
+                "the card or check its slot and riser" % (
+                    label, "Gen?" if gen is None else "Gen%d" % gen, "?" if width is None else width,
+                    "Gen?" if max_gen is None else "Gen%d" % max_gen, "?" if max_width is None else max_width)], []
+    if gen_known and gen < max_gen:
+        return [], ["%s: PCIe link Gen%d while the GPU is idle (it can do Gen%d): the link slows down to save power "
+                    "when idle, so the generation is judged only under load" % (label, gen, max_gen)]
+    return [], []
+
+
+def evaluate_gpu(gpu, thresholds, allowed=None, required=()):
     """(problems, notes) of one GPU's readings: sentences that name the GPU, what was found, the limit and why.
 
     THRESHOLDS must be effective (see effective_thresholds); ALLOWED is the set of
-    PIDs that may use the GPUs.  Unknown fields (None) are not judged.
+    PIDs that may use the GPUs.  Unknown fields (None) are not judged, but a
+    field of REQUIRED (names of REQUIRABLE) that is unknown is a problem.
     """
     t = thresholds
     label = gpu_label(gpu)
@@ -386,6 +587,21 @@ def evaluate_gpu(gpu, thresholds, allowed=None):
         problems.append("%s: NVML cannot query it: %s (%s); a host with a GPU in this state must not serve. %s" % (
             label, err.get("name"), err.get("text"), hint))
         return problems, notes
+
+    for name in required or ():
+        missing = [u for u in gpu.get("unknown") or [] if u in REQUIRABLE.get(name, ())]
+        if missing:
+            problems.append("%s: %s cannot be read on this card or driver (NVML answers not supported), and %s is "
+                            "required: this GPU's health cannot be proven without it; check the driver ('nvidia-smi "
+                            "-q'), or leave %s out of the required fields if this card does not have it" % (
+                                label, ", ".join(missing), name, name))
+
+    if gpu.get("ecc_mode") is False and not t["ecc_off_allowed"]:
+        pending = (" (it is set to turn on at the next GPU reset or reboot)" if gpu.get("ecc_mode_pending") else
+                   "; turn it on ('nvidia-smi -i %d -e 1', then a GPU reset or a reboot)" % gpu["index"])
+        problems.append("%s: ECC is off: the GPU's memory errors are neither corrected nor counted, so an uncorrected "
+                        "error goes unseen and corrupts results silently%s, or allow it with "
+                        "thresholds.ecc_off_allowed" % (label, pending))
 
     unc = gpu.get("ecc_uncorrected_volatile")
     if unc is not None and unc > t["max_uncorrected_ecc_errors"]:
@@ -409,13 +625,9 @@ def evaluate_gpu(gpu, thresholds, allowed=None):
                         "and until then the bad row is still used; reset the GPU before it serves" % label)
 
     names = gpu.get("clocks_event_reason_names")
-    if names is not None:
-        bad = [n for n in names if n in t["throttle_reasons"]]
-        if bad:
-            problems.append("%s: clocks held down by %s (the reasons counted as problems: %s): this GPU runs slower, "
-                            "and a tensor-parallel model runs at the pace of its slowest GPU; check cooling and "
-                            "power" % (label, ", ".join(_REASON_TEXT[n] for n in bad),
-                                       ", ".join(t["throttle_reasons"])))
+    found, seen = _clock_findings(gpu, t, label)
+    problems.extend(found)
+    notes.extend(seen)
 
     temp = gpu.get("temperature_c")
     if temp is not None and temp > t["max_temperature_c"]:
@@ -424,18 +636,9 @@ def evaluate_gpu(gpu, thresholds, allowed=None):
         problems.append("%s: %d C, above the limit of %d C%s: check its cooling (fans, airflow, a blocked inlet) "
                         "before loading it" % (label, temp, t["max_temperature_c"], at))
 
-    gen, width = gpu.get("pcie_gen"), gpu.get("pcie_width")
-    max_gen, max_width = gpu.get("pcie_max_gen"), gpu.get("pcie_max_width")
-    if t["pcie_below_max_is_problem"] and None not in (gen, width, max_gen, max_width):
-        idle = "gpu_idle" in (names or [])
-        gen_low = gen < max_gen and (not idle or t["pcie_gen_below_max_when_idle_is_problem"])
-        if gen_low or width < max_width:
-            problems.append("%s: PCIe link Gen%d x%d, the card can do Gen%d x%d: a degraded link starves all-reduce "
-                            "over PCIe; reseat the card or check its slot and riser" % (
-                                label, gen, width, max_gen, max_width))
-        elif gen < max_gen:
-            notes.append("%s: PCIe link Gen%d while the GPU is idle (it can do Gen%d): the link slows down to save "
-                         "power when idle, so the generation is judged only under load" % (label, gen, max_gen))
+    found, seen = _pcie_findings(gpu, t, label, names)
+    problems.extend(found)
+    notes.extend(seen)
 
     if gpu.get("persistence_mode") is False and t["persistence_mode_required"]:
         problems.append("%s: persistence mode is off: the driver tears the GPU down whenever no process holds it, "
@@ -454,14 +657,14 @@ def evaluate_gpu(gpu, thresholds, allowed=None):
     return problems, notes
 
 
-def _summary(gpus):
+def _summary(gpus, expected_count=None):
     unhealthy = [g["index"] for g in gpus if g["problems"]]
     by_field = {}
     for gpu in gpus:
         for field in gpu["unknown"]:
             by_field.setdefault(field, []).append(gpu["index"])
     groups = {}
-    for field in FIELDS:
+    for field in UNKNOWN_NAMES:
         if field in by_field:
             groups.setdefault(tuple(by_field[field]), []).append(field)
     unknown = ["%s on GPU%s %s" % (", ".join(fields), "" if len(indices) == 1 else "s",
@@ -475,14 +678,17 @@ def _summary(gpus):
             nvml._ranges(unhealthy))  # pylint: disable=protected-access
     else:
         line = "%s healthy" % ("all %d GPUs" % len(gpus) if len(gpus) > 1 else "the GPU")
+    if expected_count is not None and len(gpus) < expected_count:
+        line = "%s found where %d are expected; %s" % (_plural(len(gpus), "GPU"), expected_count, line)
     if unknown:
         line += "; not readable on this card or driver, so not judged: %s" % "; ".join(unknown)
     return line
 
 
-def _empty_result(thresholds):
+def _empty_result(thresholds, required=(), expected_count=None):
     return {"changed": False, "nvml_available": False, "nvml_error": None, "healthy": False, "gpu_count": 0,
-            "gpus": [], "problems": [], "notes": [], "summary": "", "thresholds": thresholds}
+            "gpus": [], "problems": [], "notes": [], "summary": "", "thresholds": thresholds,
+            "required": list(required or ()), "expected_gpu_count": expected_count}
 
 
 def unavailable(thresholds, exc):
@@ -493,33 +699,47 @@ def unavailable(thresholds, exc):
     return result
 
 
-def check(thresholds, allowed=None, pynvml=None):
-    """Read and judge every GPU; the result dict of the gpu_health_info module (THRESHOLDS effective)."""
-    result = _empty_result(thresholds)
+def check(thresholds, allowed=None, pynvml=None, required=(), expected_count=None, sleep=time.sleep):
+    """Read and judge every GPU; the result dict of the gpu_health_info module (THRESHOLDS effective).
+
+    REQUIRED: field names (REQUIRABLE) that must not be unknown; EXPECTED_COUNT: the GPUs the host had before (fewer
+    now is a problem: a GPU lost since); SLEEP: the wait between readings of the clock event reasons.
+    """
+    result = _empty_result(thresholds, required, expected_count)
     try:
         with nvml.NvmlSession(pynvml) as session:
             gpus = read_health(session.pynvml)
+            sample_clocks(session.pynvml, gpus, thresholds, sleep=sleep)
     except nvml.NvmlUnavailable as exc:
-        return unavailable(thresholds, exc)
+        result = unavailable(thresholds, exc)
+        result.update(required=list(required or ()), expected_gpu_count=expected_count)
+        return result
     for gpu in gpus:
-        gpu["problems"], gpu["notes"] = evaluate_gpu(gpu, thresholds, allowed)
+        gpu["problems"], gpu["notes"] = evaluate_gpu(gpu, thresholds, allowed, required)
         gpu["healthy"] = not gpu["problems"]
         result["problems"].extend(gpu["problems"])
         result["notes"].extend(gpu["notes"])
-    result.update(nvml_available=True, gpu_count=len(gpus), gpus=gpus, summary=_summary(gpus))
+    result.update(nvml_available=True, gpu_count=len(gpus), gpus=gpus, summary=_summary(gpus, expected_count))
+    if expected_count is not None and len(gpus) < expected_count:
+        result["problems"].insert(0, (
+            "NVML reports %s where %d are expected (expected_gpu_count, the count read before): a GPU was lost since; "
+            "look for Xid errors in 'dmesg' (Xid 79 means fallen off the bus). A host that lost a GPU cannot serve its "
+            "model after a restart: it must not be stopped" % (_plural(len(gpus), "GPU"), expected_count)))
     result["healthy"] = bool(gpus) and not result["problems"]
     if not gpus:
         result["problems"].append("NVML reports no GPU on this host: a host to serve a model needs its GPUs")
     return result
 
 
-def check_bounded(thresholds, allowed=None, call_timeout=60, pynvml=None):
+def check_bounded(thresholds, allowed=None, call_timeout=60, pynvml=None, required=(), expected_count=None,
+                  sleep=time.sleep):
     """:func:`check` under CALL_TIMEOUT seconds: a hung driver gives NVML_TIMEOUT in the result, never a hang."""
     started = time.monotonic()
-    status, value = nvml.call_bounded(lambda: check(thresholds, allowed, pynvml), call_timeout, "gpu-health")
+    status, value = nvml.call_bounded(lambda: check(thresholds, allowed, pynvml, required, expected_count, sleep),
+                                      call_timeout, "gpu-health")
     if status == "result":
         return value
-    result = _empty_result(thresholds)
+    result = _empty_result(thresholds, required, expected_count)
     if status == "error":
         err = nvml._unexpected(value)  # pylint: disable=protected-access
     else:

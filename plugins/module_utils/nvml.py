@@ -57,6 +57,20 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import vali
 
 MIB = 1024 * 1024
 
+# The most GPUs a host's NVML is believed: the NVIDIA kernel driver manages at
+# most 32 GPUs in one system (NV_MAX_DEVICES in its nvlimits.h), and the
+# largest servers hold 8 to 20; twice the driver's limit leaves room for a
+# future driver. A count above it is a broken answer (a driver or library
+# fault), never read GPU by GPU: 4,294,967,295 (-1 as an unsigned int) would
+# otherwise be walked index by index.
+MAX_GPUS = 64
+
+# The most compute processes one GPU is believed to list: each CUDA context
+# holds a few hundred MiB of the GPU's memory and MPS serves at most 48 to 60
+# clients per GPU; a longer list is a broken answer, not read process by
+# process (each one's name is another NVML call).
+MAX_PROCESSES = 4096
+
 PYNVML_MISSING = "PYNVML_NOT_INSTALLED"
 PYNVML_MODULE = "pynvml"
 
@@ -270,6 +284,23 @@ def _unexpected(exc, gpu_index=None, gpu_count=None):
     return NvmlUnavailable("NVML_UNEXPECTED", "%s: %s" % (type(exc).__name__, _text(str(exc))), gpu_index, gpu_count)
 
 
+def device_count(pynvml):
+    """nvmlDeviceGetCount() as an int from 0 to MAX_GPUS; NvmlUnavailable for an NVML error, and NVML_UNEXPECTED
+    naming the count for one no host can have (never walked GPU by GPU)."""
+    try:
+        value = pynvml.nvmlDeviceGetCount()
+    except pynvml.NVMLError as exc:
+        raise _unavailable(pynvml, exc)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise NvmlUnavailable("NVML_UNEXPECTED", "NVML answered the GPU count with %s, not a whole number" % _text(
+            repr(value)[:80]))
+    if not 0 <= value <= MAX_GPUS:
+        raise NvmlUnavailable("NVML_UNEXPECTED", "NVML reports %d GPUs on this host, which no host has (at most %d "
+                                                 "are believed; the NVIDIA driver manages at most 32): the answer is "
+                                                 "broken, so no GPU was read" % (value, MAX_GPUS))
+    return value
+
+
 def _error_value(pynvml, name, default):
     return getattr(pynvml, name, default)
 
@@ -356,6 +387,9 @@ def _compute_processes(pynvml, handle):
             if value == not_supported:
                 return None
             raise
+        if len(procs) > MAX_PROCESSES:
+            raise ValueError("NVML lists %d compute processes on one GPU, more than any GPU runs (at most %d are "
+                             "believed): the answer is broken" % (len(procs), MAX_PROCESSES))
         return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs]
     return None
 
@@ -431,7 +465,7 @@ def read_snapshot(pynvml):
     """
     try:
         driver = _query_text(pynvml.nvmlSystemGetDriverVersion)
-        count = int(pynvml.nvmlDeviceGetCount())
+        count = device_count(pynvml)
     except pynvml.NVMLError as exc:
         raise _unavailable(pynvml, exc)
     except (TypeError, ValueError, OverflowError, AttributeError) as exc:
@@ -456,7 +490,7 @@ def read_snapshot(pynvml):
     for index in range(count):
         try:
             gpus.append(_read_gpu(pynvml, index, names))
-        except (pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        except (pynvml.NVMLError, TypeError, ValueError, OverflowError, AttributeError, MemoryError) as exc:
             if isinstance(exc, pynvml.NVMLError):
                 err = _unavailable(pynvml, exc, index, count)
             else:

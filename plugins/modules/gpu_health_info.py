@@ -21,10 +21,26 @@ description:
     for example GPU 3 (bus 5D) with a PCIe link at Gen3 x16 where the card can do Gen5 x16 is a degraded link, and
     a degraded link starves all-reduce over PCIe.
   - Each field is read on its own. A field the card or driver does not have (NVML answers C(NOT_SUPPORTED) or the call
-    does not exist, as for ECC on a card without it) is V(null), listed in RV(gpus[].unknown) and not judged; it never
-    fails the task.
-  - A PCIe generation below the maximum on an idle GPU is normal (the link slows down to save power) and is only a
-    note, unless O(thresholds.pcie_gen_below_max_when_idle_is_problem=true); a width below the maximum always counts.
+    does not exist, as for ECC on a card without it) is V(null), listed in RV(gpus[].unknown) and not judged (it is
+    unknown); it fails the task only when O(required) names it.
+  - ECC turned off on a card that has it is a problem of its own (its memory errors are then neither corrected nor
+    counted, so the ECC counters prove nothing), unless O(thresholds.ecc_off_allowed=true).
+  - The PCIe link width is judged on every reading (it does not drop at idle), also when the generation cannot be
+    read. The generation is judged from one reading, and only while the GPU is busy (its clock event reasons do not
+    include V(gpu_idle)). An idle link slows down to save power, so a generation below the maximum on an idle GPU is
+    only a note, unless O(thresholds.pcie_gen_below_max_when_idle_is_problem=true). A check on an idle host therefore
+    does not prove the generation; the rollout's check just before the stop runs under the host's load and does.
+  - Clock event reasons are of two kinds. Transient ones come and go within a second under load - V(sw_power_cap),
+    V(sw_thermal_slowdown), V(hw_thermal_slowdown), V(hw_power_brake_slowdown), and V(hw_slowdown) when the same
+    reading names one of those two hardware causes; when the first reading shows one that counts, the reasons are
+    read again, up to O(thresholds.clock_samples) readings O(thresholds.clock_sample_interval_ms) apart (a few
+    seconds at most), and it counts only when present in most of them (a note otherwise). Every other reason (such
+    as V(hw_slowdown) alone, held by the hardware) counts at once, as do the persistent findings (ECC, retired pages,
+    remapped rows, the link width, persistence mode, temperature, foreign processes).
+  - Temperature is read with C(nvmlDeviceGetTemperatureV) where nvidia-ml-py and the driver have it, else with the
+    older C(nvmlDeviceGetTemperature), which NVML marks for removal; RV(gpus[].temperature_source) says which.
+  - A GPU count above 64 (the NVIDIA driver manages at most 32 GPUs in a system) is a broken answer from NVML; the
+    task says so, naming the count, and reads no GPU.
   - Read-only; RV(changed) is always V(false).
 options:
   thresholds:
@@ -93,6 +109,40 @@ options:
             the GPUs.
         type: bool
         default: false
+      ecc_off_allowed:
+        description:
+          - Whether ECC turned off (on a card that has it) is acceptable. With ECC off, uncorrected memory errors are
+            neither corrected nor counted.
+        type: bool
+        default: false
+      clock_samples:
+        description:
+          - The most readings of the clock event reasons when the first shows a transient reason that counts, from
+            1 (the first reading decides) to 20; a transient reason counts when present in more than half of them.
+        type: int
+        default: 5
+      clock_sample_interval_ms:
+        description:
+          - Milliseconds between those readings, from 50 to 2000; (O(thresholds.clock_samples) - 1) x this is at most
+            10000.
+        type: int
+        default: 500
+  required:
+    description:
+      - Fields every GPU must be able to report. A field named here that the card or driver cannot report
+        (RV(gpus[].unknown)) is a problem, where it is otherwise left out of the verdict.
+      - V(ecc) (ECC's mode and its counters since the driver loaded), V(ecc_mode), V(ecc_errors),
+        V(ecc_errors_aggregate), V(retired_pages), V(remapped_rows), V(clocks_event_reasons), V(temperature),
+        V(temperature_slowdown), V(power), V(power_limit), V(pcie) (generation and width), V(pcie_max),
+        V(persistence_mode) or V(processes); for example V([ecc, remapped_rows]) for a fleet of data-center cards.
+    type: list
+    elements: str
+    default: []
+  expected_gpu_count:
+    description:
+      - The number of GPUs the host had when it was read before (the rollout passes its pre-flight's count). Fewer
+        now is a problem (a GPU lost since), whatever the GPUs read; more is not judged.
+    type: int
   allowed_pids:
     description:
       - Process ids that may use the GPUs.
@@ -185,6 +235,11 @@ EXAMPLES = r"""
       max_temperature_c: 80
       throttle_reasons: [hw_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown, sw_power_cap]
 
+- name: A fleet of data-center cards - ECC and remapped rows must be readable, and no GPU lost since the plan
+  gpufleet.vllm.gpu_health_info:
+    required: [ecc, remapped_rows]
+    expected_gpu_count: 8
+
 - name: Skip the host when unhealthy
   ansible.builtin.meta: end_host
   when: not health.healthy
@@ -255,6 +310,15 @@ thresholds:
   description: The thresholds applied, defaults filled in.
   returned: always
   type: dict
+required:
+  description: The fields required (O(required)).
+  returned: always
+  type: list
+  elements: str
+expected_gpu_count:
+  description: O(expected_gpu_count), or V(null).
+  returned: always
+  type: int
 gpus:
   description: One entry per GPU with its readings (V(null) where unknown), problems and notes.
   returned: always
@@ -293,6 +357,16 @@ gpus:
     temperature_c:
       description: The GPU temperature in degrees Celsius; C(temperature_slowdown_c) is where the card slows down.
       type: int
+    temperature_source:
+      description: The NVML call that read the temperature, C(nvmlDeviceGetTemperatureV) or the older
+        C(nvmlDeviceGetTemperature); V(null) when it could not be read.
+      type: str
+      sample: nvmlDeviceGetTemperatureV
+    clocks_event_reason_samples:
+      description: Every reading of the clock event reasons bit mask, the first one first (more than one when a
+        transient reason was judged over a window); C(clocks_event_reason_window_s) is the seconds they took.
+      type: list
+      elements: int
     power_w:
       description: The power draw in watts; C(power_limit_w) is the enforced limit.
       type: float
@@ -308,7 +382,8 @@ gpus:
       type: list
       elements: dict
     unknown:
-      description: The fields this card or driver cannot report (not judged).
+      description: The fields this card or driver cannot report (not judged, unless O(required)); C(pcie_gen),
+        C(pcie_width), C(pcie_max_gen) or C(pcie_max_width) when only that half of a PCIe link cannot be read.
       type: list
       elements: str
       sample: [ecc_errors, remapped_rows]
@@ -343,6 +418,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import (
     check_bounded,
     effective_thresholds,
     thresholds_argument_spec,
+    validate_required,
     validate_thresholds,
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import compact_mismatches
@@ -387,6 +463,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             thresholds=thresholds_argument_spec(),
+            required=dict(type="list", elements="str", default=[]),
+            expected_gpu_count=dict(type="int"),
             allowed_pids=dict(type="list", elements="int", default=[]),
             allowed_parent_pid=dict(type="int"),
             allowed_parent_pids=dict(type="list", elements="int", default=[]),
@@ -417,6 +495,10 @@ def main():
                 shown(params["allowed_unit"]), exc))
     if params["allowed_unit_dir"] and not params["allowed_unit_dir"].startswith("/"):
         problems.append("allowed_unit_dir must be an absolute path, got %s" % shown(params["allowed_unit_dir"]))
+    problems.extend(validate_required(params["required"]))
+    if params["expected_gpu_count"] is not None and not 0 <= params["expected_gpu_count"] <= 64:
+        problems.append("expected_gpu_count must be a number of GPUs from 0 to 64 (such as 8, the count read before), "
+                        "or unset; got %d" % params["expected_gpu_count"])
     if params["call_timeout"] < 1:
         problems.append("call_timeout must be at least 1 second; got %d" % params["call_timeout"])
     if problems:
@@ -431,7 +513,8 @@ def main():
     allowed = set(allowed_pids(params["allowed_pids"], None))
     for parent in parents:
         allowed |= allowed_pids([], parent)
-    result = check_bounded(effective, allowed, params["call_timeout"])
+    result = check_bounded(effective, allowed, params["call_timeout"], required=params["required"],
+                           expected_count=params["expected_gpu_count"])
     for parent in parents:
         if parent not in allowed:
             result["notes"].append("%s %d is not a running process (a stale MainPID?): no process was allowed "

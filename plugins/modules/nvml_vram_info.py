@@ -167,7 +167,8 @@ nvml_error:
         - The NVML error constant, for example C(NVML_ERROR_DRIVER_NOT_LOADED) or C(NVML_ERROR_LIBRARY_NOT_FOUND), or
           C(PYNVML_NOT_INSTALLED) when nvidia-ml-py is missing, C(NVML_TIMEOUT) when NVML did not answer within
           O(timeout) + O(call_timeout) seconds, C(NVML_UNEXPECTED) when pynvml answered with something that cannot be
-          read.
+          read (such as a GPU count above 64, which no host has - the NVIDIA driver manages at most 32 - or more than
+          4096 compute processes on one GPU; neither is read item by item).
       type: str
     text:
       description: The error text NVML gives for it, for example C(Driver Not Loaded).

@@ -179,6 +179,7 @@ typedef struct nvmlDevice_st *nvmlDevice_t;
 
 #define MAX_GPUS 64
 #define MAX_PROCS 128
+#define MAX_CLOCK_SEQ 32
 #define STR_LEN 96
 #define MIB (1024ULL * 1024ULL)
 #define DEFAULT_STATE_PATH "/var/lib/fake-nvml/state"
@@ -210,6 +211,9 @@ typedef struct {
     unsigned int pcie_gen, pcie_width, pcie_max_gen, pcie_max_width, pcie_gpu_max_gen;
     int persistence_mode;
     unsigned int unsupported; /* FIELD_* bits: those calls answer NOT_SUPPORTED */
+    /* clocks_event_reasons_seq: the n-th reading of this process answers the n-th mask (the last one repeated) */
+    unsigned long long clock_seq[MAX_CLOCK_SEQ];
+    int clock_seq_n;
     int nprocs;
     proc_t procs[MAX_PROCS];
 } gpu_t;
@@ -219,6 +223,9 @@ typedef struct {
     int cuda_driver_version;
     nvmlReturn_t init_error;
     int memory_v2; /* 0: nvmlDeviceGetMemoryInfo_v2 says FUNCTION_NOT_FOUND */
+    int temperature_v; /* 0: nvmlDeviceGetTemperatureV says FUNCTION_NOT_FOUND */
+    int reported_count_set; /* reported_gpu_count: what nvmlDeviceGetCount answers, a broken count */
+    unsigned int reported_count;
     char hostname[256];
     int count;
     gpu_t defaults;
@@ -227,6 +234,7 @@ typedef struct {
 
 static struct nvmlDevice_st g_devices[MAX_GPUS];
 static int g_init_count;
+static unsigned int g_clock_reads[MAX_GPUS]; /* readings of the clock event reasons, per GPU, in this process */
 
 __attribute__((constructor)) static void fake_nvml_setup(void)
 {
@@ -383,6 +391,7 @@ enum {
     FIELD_POWER_LIMIT = 1U << 8,   /* nvmlDeviceGetEnforcedPowerLimit */
     FIELD_PCIE = 1U << 9,          /* nvmlDevice{Get,GetGpu}{Curr,Max}PcieLink* */
     FIELD_PERSISTENCE = 1U << 10,  /* nvmlDeviceGetPersistenceMode */
+    FIELD_PCIE_GEN = 1U << 11,     /* the generation calls alone: nvmlDevice{Get,GetGpu}{Curr,Max}PcieLinkGeneration */
 };
 
 static const struct {
@@ -399,6 +408,7 @@ static const struct {
     {"power", FIELD_POWER},
     {"power_limit", FIELD_POWER_LIMIT},
     {"pcie", FIELD_PCIE},
+    {"pcie_gen", FIELD_PCIE_GEN},
     {"persistence_mode", FIELD_PERSISTENCE},
 };
 
@@ -438,6 +448,27 @@ static unsigned long long parse_mask(const char *v, unsigned long long fallback)
         return fallback;
     x = strtoull(v, &end, 0);
     return (end && end != v && *end == '\0') ? x : fallback;
+}
+
+/* "0x88,0,0": up to MAX_CLOCK_SEQ masks; a bad item ends the list */
+static void parse_clock_seq(gpu_t *g, const char *v)
+{
+    char buf[1024];
+    char *save = NULL;
+    copy_str(buf, sizeof(buf), v);
+    g->clock_seq_n = 0;
+    for (char *item = strtok_r(buf, ",", &save); item && g->clock_seq_n < MAX_CLOCK_SEQ;
+         item = strtok_r(NULL, ",", &save)) {
+        char *end = NULL;
+        unsigned long long x;
+        item = trim(item);
+        if (!*item || *item == '-')
+            break;
+        x = strtoull(item, &end, 0);
+        if (!end || *end != '\0')
+            break;
+        g->clock_seq[g->clock_seq_n++] = x;
+    }
 }
 
 /* Bus numbers of an 8-GPU server; further GPUs go to the next PCI domains. */
@@ -521,6 +552,8 @@ static void set_gpu_key(gpu_t *g, const char *key, const char *value)
         g->persistence_mode = parse_bool(value);
     else if (strcmp(key, "unsupported") == 0)
         g->unsupported = parse_fields(value);
+    else if (strcmp(key, "clocks_event_reasons_seq") == 0)
+        parse_clock_seq(g, value);
 }
 
 static void apply_lines(state_t *st, const char *text, int pass)
@@ -546,6 +579,13 @@ static void apply_lines(state_t *st, const char *text, int pass)
                 st->init_error = *value ? error_from_name(value) : NVML_SUCCESS;
             else if (strcmp(key, "memory_v2") == 0)
                 st->memory_v2 = parse_bool(value);
+            else if (strcmp(key, "temperature_v") == 0)
+                st->temperature_v = parse_bool(value);
+            else if (strcmp(key, "reported_gpu_count") == 0 && *value) {
+                unsigned long long x = parse_ull(value, 0);
+                st->reported_count_set = 1;
+                st->reported_count = x > 0xffffffffULL ? 0xffffffffU : (unsigned int)x;
+            }
             else if (strcmp(key, "hostname") == 0 && *value)
                 copy_str(st->hostname, sizeof(st->hostname), value);
             else if (strcmp(key, "gpu_count") == 0)
@@ -589,6 +629,7 @@ static state_t *load_state(nvmlReturn_t *rc)
     st->cuda_driver_version = 13000;
     st->init_error = NVML_SUCCESS;
     st->memory_v2 = 1;
+    st->temperature_v = 1;
     st->count = 8;
     if (gethostname(st->hostname, sizeof(st->hostname) - 1) != 0)
         copy_str(st->hostname, sizeof(st->hostname), "localhost");
@@ -908,7 +949,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     rc = begin_system(&st);
     if (rc != NVML_SUCCESS)
         return rc;
-    *deviceCount = (unsigned int)st->count;
+    *deviceCount = st->reported_count_set ? st->reported_count : (unsigned int)st->count;
     free(st);
     return NVML_SUCCESS;
 }
@@ -1315,7 +1356,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsig
 
 NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen)
 {
-    return get_uint(device, FIELD_PCIE, get_pcie_gen, currLinkGen);
+    return get_uint(device, FIELD_PCIE | FIELD_PCIE_GEN, get_pcie_gen, currLinkGen);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth)
@@ -1325,7 +1366,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsign
 
 NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen)
 {
-    return get_uint(device, FIELD_PCIE, get_pcie_max_gen, maxLinkGen);
+    return get_uint(device, FIELD_PCIE | FIELD_PCIE_GEN, get_pcie_max_gen, maxLinkGen);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth)
@@ -1335,7 +1376,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigne
 
 NVML_API nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGenDevice)
 {
-    return get_uint(device, FIELD_PCIE, get_pcie_gpu_max_gen, maxLinkGenDevice);
+    return get_uint(device, FIELD_PCIE | FIELD_PCIE_GEN, get_pcie_gpu_max_gen, maxLinkGenDevice);
 }
 
 /* nvmlEnableState_t: 0 disabled, 1 enabled */
@@ -1419,7 +1460,12 @@ NVML_API nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device
     rc = begin_field(device, FIELD_CLOCKS, &st, &g);
     if (rc != NVML_SUCCESS)
         return rc;
-    *reasons = g->clocks_event_reasons;
+    if (g->clock_seq_n > 0) {
+        unsigned int n = __atomic_fetch_add(&g_clock_reads[device->index], 1U, __ATOMIC_SEQ_CST);
+        *reasons = g->clock_seq[n < (unsigned int)g->clock_seq_n ? n : (unsigned int)g->clock_seq_n - 1];
+    } else {
+        *reasons = g->clocks_event_reasons;
+    }
     free(st);
     return NVML_SUCCESS;
 }
@@ -1458,8 +1504,18 @@ NVML_API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTempera
 {
     unsigned int t = 0;
     nvmlReturn_t rc;
+    state_t *st;
+    gpu_t *g;
     if (!temperature)
         return NVML_ERROR_INVALID_ARGUMENT;
+    /* temperature_v=0: a driver older than the call (pynvml then raises FunctionNotFound, as for a missing symbol) */
+    rc = begin_device(device, &st, &g);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    rc = st->temperature_v ? NVML_SUCCESS : NVML_ERROR_FUNCTION_NOT_FOUND;
+    free(st);
+    if (rc != NVML_SUCCESS)
+        return rc;
     if (temperature->version != nvmlTemperature_v1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     rc = nvmlDeviceGetTemperature(device, temperature->sensorType, &t);

@@ -18,11 +18,18 @@ Global keys::
                                    NO_PERMISSION, LIB_RM_VERSION_MISMATCH,
                                    UNKNOWN, ...): nvmlInit* returns it
     gpu_count=8                    0 to 64
+    reported_gpu_count=            what nvmlDeviceGetCount answers instead
+                                   of gpu_count (0 to 4294967295): a broken
+                                   count; the GPUs are still gpu_count
     hostname=                      seed of the default UUIDs (default: the
                                    host's name, so UUIDs differ per host)
     memory_v2=1                    0: nvmlDeviceGetMemoryInfo_v2 returns
                                    NVML_ERROR_FUNCTION_NOT_FOUND, as an old
                                    driver without the symbol would
+    temperature_v=1                0: nvmlDeviceGetTemperatureV returns
+                                   NVML_ERROR_FUNCTION_NOT_FOUND (a driver
+                                   older than the call); the old
+                                   nvmlDeviceGetTemperature still answers
     default.name=NVIDIA RTX PRO 6000 Blackwell Server Edition
     default.total_mib=97887
     default.cc=12.0                compute capability major.minor
@@ -76,6 +83,10 @@ defaults are a healthy, idle RTX PRO 6000 Blackwell Server Edition::
                                    applications clocks, 0x4 SW power cap, 0x8 HW
                                    slowdown, 0x20 SW thermal, 0x40 HW thermal,
                                    0x80 HW power brake
+    clocks_event_reasons_seq=      comma-separated masks: the n-th reading of
+                                   the reasons in a process answers the n-th
+                                   (the last one repeated), as a reason that
+                                   comes and goes under load; empty: off
     temperature_c=35               nvmlDeviceGetTemperature(V), GPU sensor
     temperature_slowdown_c=90      nvmlDeviceGetTemperatureThreshold: slowdown
     temperature_shutdown_c=95      (and GPU max) / shutdown
@@ -92,7 +103,8 @@ defaults are a healthy, idle RTX PRO 6000 Blackwell Server Edition::
                                    retired_pages, remapped_rows,
                                    clocks_event_reasons, temperature,
                                    temperature_threshold, power, power_limit,
-                                   pcie, persistence_mode, or all
+                                   pcie, pcie_gen (the generation calls
+                                   alone), persistence_mode, or all
 
 A number that cannot be read (or out of range) keeps the default.
 

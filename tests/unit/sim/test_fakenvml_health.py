@@ -193,3 +193,38 @@ def test_before_init_uninitialized(lib_dir, state_file):
         out["pcie"] = read(n.nvmlDeviceGetCurrPcieLinkGeneration, h)
     """)
     assert out == {"temp": "error 1", "pcie": "error 1"}
+
+
+def test_temperature_v_off_answers_function_not_found(lib_dir, state_file):
+    # a driver older than nvmlDeviceGetTemperatureV: pynvml raises FunctionNotFound (13), the old call still answers
+    set_state(state_file, temperature_v=0)
+    out = probe(lib_dir, state_file)
+    assert out["gpus"] == [dict(HEALTHY, temp_v="error 13")] * 8
+
+
+def test_a_reported_gpu_count_no_host_has(lib_dir, state_file):
+    set_state(state_file, reported_gpu_count=4294967295)
+    out = probe(lib_dir, state_file, """
+        out["count"] = n.nvmlDeviceGetCount()
+        out["handle_8"] = read(n.nvmlDeviceGetHandleByIndex, 8)
+        out["gpu_0"] = health(0)
+    """)
+    assert out == {"count": 4294967295, "handle_8": "error 2", "gpu_0": HEALTHY}
+
+
+def test_unsupported_pcie_gen_leaves_the_width(lib_dir, state_file):
+    set_state(state_file, gpu__3__unsupported="pcie_gen", gpu__3__pcie_width=8)
+    only_gpu3_differs(probe(lib_dir, state_file), pcie=[NOT_SUPPORTED, 8], pcie_max=[NOT_SUPPORTED, 16],
+                      pcie_gpu_max_gen=NOT_SUPPORTED)
+
+
+def test_clocks_event_reasons_seq_answers_in_turn(lib_dir, state_file):
+    set_state(state_file, gpu__3__clocks_event_reasons_seq="0x88, 0,4", gpu__2__clocks_event_reasons_seq="0x4,-1,8")
+    out = probe(lib_dir, state_file, """
+        h3, h2 = n.nvmlDeviceGetHandleByIndex(3), n.nvmlDeviceGetHandleByIndex(2)
+        out["gpu3"] = [n.nvmlDeviceGetCurrentClocksEventReasons(h3) for i in range(5)]
+        out["gpu2"] = [n.nvmlDeviceGetCurrentClocksThrottleReasons(h2) for i in range(2)]
+        out["gpu0"] = n.nvmlDeviceGetCurrentClocksEventReasons(n.nvmlDeviceGetHandleByIndex(0))
+    """)
+    # (a bad item ends the list: GPU 2's is 0x4 alone)
+    assert out == {"gpu3": [0x88, 0, 4, 4, 4], "gpu2": [4, 4], "gpu0": 1}

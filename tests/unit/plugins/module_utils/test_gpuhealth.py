@@ -297,7 +297,7 @@ def test_an_error_other_than_not_supported_is_the_gpus_error():
 def test_older_throttle_call_and_unknowns():
     stub = StubNvml()
     stub.nvmlDeviceGetPersistenceMode = lambda handle: 1
-    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub)
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub, sleep=lambda seconds: None)
     gpu = result["gpus"][0]
     assert gpu["error"] is None
     assert gpu["unknown"] == ["ecc_errors", "ecc_errors_aggregate", "remapped_rows", "temperature_slowdown"]
@@ -308,8 +308,11 @@ def test_older_throttle_call_and_unknowns():
                                  "ecc_errors, ecc_errors_aggregate, remapped_rows, temperature_slowdown on GPU 0")
     assert result["problems"] == [
         "GPU 0 (bus 18): clocks held down by HW thermal slowdown (the reasons counted as problems: hw_slowdown, "
-        "hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown): this GPU runs slower, and a "
-        "tensor-parallel model runs at the pace of its slowest GPU; check cooling and power"]
+        "hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown), held in most readings over 0.0 s (HW "
+        "thermal slowdown 3 of 3): this GPU runs slower, and a tensor-parallel model runs at the pace of its slowest "
+        "GPU; check cooling and power"]
+    # (a transient reason: read again until it held in most of the readings, 3 of the 5 at most)
+    assert gpu["clocks_event_reason_samples"] == [0x40, 0x40, 0x40]
 
 
 def test_hung_driver_gives_nvml_timeout():
@@ -321,3 +324,404 @@ def test_hung_driver_gives_nvml_timeout():
     assert result["healthy"] is False and result["nvml_available"] is False
     assert result["nvml_error"]["name"] == "NVML_TIMEOUT"
     assert result["summary"].startswith("GPU health unknown: NVML is not usable on this host: NVML_TIMEOUT")
+
+
+# ------------------------------------------------------------ counts, ECC off, required fields, temperature call
+
+
+class CountingStub(StubNvml):
+    """StubNvml with a settable count, a healthy GPU, and a record of the handles asked for."""
+
+    def __init__(self, count=1, **calls):
+        super(CountingStub, self).__init__()
+        self.count = count
+        self.handles = []
+        self.nvmlDeviceGetTotalEccErrors = lambda handle, error_type, counter: 0
+        self.nvmlDeviceGetPersistenceMode = lambda handle: 1
+        self.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: 0
+        for name, fn in calls.items():
+            setattr(self, name, fn)
+
+    def nvmlDeviceGetCount(self):
+        return self.count
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        self.handles.append(index)
+        if len(self.handles) > 100:
+            raise RuntimeError("walked GPU by GPU")
+        return index
+
+
+@pytest.mark.parametrize("count", [4294967295, 65, -1])
+def test_a_gpu_count_no_host_has_is_refused_naming_it(count):
+    stub = CountingStub(count)
+    result = gpuhealth.check_bounded(DEFAULTS, set(), call_timeout=30, pynvml=stub)
+    assert stub.handles == []  # never walked index by index
+    assert result["healthy"] is False and result["nvml_available"] is False
+    assert result["nvml_error"]["name"] == "NVML_UNEXPECTED"
+    assert "NVML reports %d GPUs on this host, which no host has (at most 64 are believed" % count in \
+        result["nvml_error"]["text"]
+    assert "NVML_TIMEOUT" not in result["summary"] and "%d GPUs" % count in result["summary"]
+
+
+def test_the_vram_reading_refuses_the_same_count():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
+    stub = CountingStub(4294967295)
+    stub.nvmlSystemGetDriverVersion = lambda: "580.95.05"
+    result = nvml.collect_bounded(expect={"count": 8}, call_timeout=30, pynvml=stub)
+    assert stub.handles == []
+    assert result["nvml_available"] is False and result["nvml_error"]["name"] == "NVML_UNEXPECTED"
+    assert "4294967295 GPUs" in result["nvml_error"]["message"]
+    assert nvml.device_count(CountingStub(64)) == 64
+    with pytest.raises(nvml.NvmlUnavailable, match="not a whole number"):
+        nvml.device_count(CountingStub("8"))
+
+
+def test_a_process_list_no_gpu_has_is_the_gpus_error():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import nvml
+    procs = [type("P", (), {"pid": 10 + i, "usedGpuMemory": 0})() for i in range(nvml.MAX_PROCESSES + 1)]
+    stub = CountingStub(1, nvmlDeviceGetComputeRunningProcesses_v3=lambda handle: procs)
+    calls = []
+    stub.nvmlSystemGetProcessName = lambda pid: calls.append(pid) or "x"
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub)
+    assert calls == []
+    assert result["gpus"][0]["error"]["name"] == "NVML_UNEXPECTED"
+    assert "NVML lists 4097 compute processes on one GPU" in result["problems"][0]
+
+
+def test_the_expected_gpu_count():
+    stub = CountingStub(1)
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub, expected_count=2)
+    assert result["healthy"] is False and result["gpus"][0]["healthy"] is True
+    assert result["problems"] == [
+        "NVML reports 1 GPU where 2 are expected (expected_gpu_count, the count read before): a GPU was lost since; "
+        "look for Xid errors in 'dmesg' (Xid 79 means fallen off the bus). A host that lost a GPU cannot serve its "
+        "model after a restart: it must not be stopped"]
+    assert result["summary"].startswith("1 GPU found where 2 are expected; the GPU healthy; not readable ")
+    assert result["expected_gpu_count"] == 2
+    for expected in (1, 0, None):
+        result = gpuhealth.check(DEFAULTS, set(), pynvml=CountingStub(1), expected_count=expected)
+        assert result["healthy"] is True and result["summary"].startswith("the GPU healthy; "), expected
+
+
+def test_no_gpu_at_all_is_a_problem():
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=CountingStub(0))
+    assert result["healthy"] is False and result["summary"] == "no GPU found"
+    assert result["problems"] == ["NVML reports no GPU on this host: a host to serve a model needs its GPUs"]
+
+
+def test_the_count_call_failing_is_nvml_unavailable():
+    def fail():
+        raise StubError(12)  # NVML_ERROR_LIBRARY_NOT_FOUND
+    stub = CountingStub(1)
+    stub.nvmlDeviceGetCount = fail
+    stub.NVML_ERROR_LIBRARY_NOT_FOUND = 12
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub, required=["ecc"], expected_count=8)
+    assert result["nvml_available"] is False and result["nvml_error"]["name"] == "NVML_ERROR_LIBRARY_NOT_FOUND"
+    assert result["healthy"] is False and result["required"] == ["ecc"] and result["expected_gpu_count"] == 8
+
+
+def test_an_exception_of_the_reading_is_nvml_unexpected():
+    def broken(handle):
+        raise KeyError("odd")
+    result = gpuhealth.check_bounded(DEFAULTS, set(), call_timeout=30,
+                                     pynvml=CountingStub(1, nvmlDeviceGetEccMode=broken))
+    assert result["nvml_error"]["name"] == "NVML_UNEXPECTED" and "KeyError" in result["nvml_error"]["text"]
+    assert result["healthy"] is False and result["summary"].startswith("GPU health unknown: ")
+    assert "waited" in result
+
+
+@pytest.mark.parametrize("mode, thresholds, expected", [
+    ([0, 0], {}, ["ECC is off: the GPU's memory errors are neither corrected nor counted, so an uncorrected error "
+                  "goes unseen and corrupts results silently; turn it on ('nvidia-smi -i 0 -e 1', then a GPU reset "
+                  "or a reboot), or allow it with thresholds.ecc_off_allowed"]),
+    ([0, 1], {}, ["ECC is off: the GPU's memory errors are neither corrected nor counted, so an uncorrected error "
+                  "goes unseen and corrupts results silently (it is set to turn on at the next GPU reset or reboot), "
+                  "or allow it with thresholds.ecc_off_allowed"]),
+    ([0, 0], {"ecc_off_allowed": True}, []),
+    ([1, 0], {}, []),
+])
+def test_ecc_off_is_a_finding_of_its_own(mode, thresholds, expected):
+    # (with ECC off the counters are not kept: NOT_SUPPORTED, as nvidia-smi's N/A)
+    stub = CountingStub(1, nvmlDeviceGetEccMode=lambda handle: mode)
+    if not mode[0]:
+        stub.nvmlDeviceGetTotalEccErrors = StubNvml.nvmlDeviceGetTotalEccErrors.__get__(stub)
+    result = gpuhealth.check(gpuhealth.effective_thresholds(thresholds), set(), pynvml=stub)
+    assert [p.split(": ", 1)[1] for p in result["problems"]] == expected
+    assert result["healthy"] is (not expected)
+
+
+@pytest.mark.parametrize("unknown, required, expected", [
+    (["ecc_errors"], ["ecc"], ["ecc_errors cannot be read on this card or driver (NVML answers not supported), and ecc "
+                               "is required: this GPU's health cannot be proven without it; check the driver "
+                               "('nvidia-smi -q'), or leave ecc out of the required fields if this card does not "
+                               "have it"]),
+    (["ecc_mode", "ecc_errors", "ecc_errors_aggregate"], ["ecc"], ["ecc_mode, ecc_errors cannot be read"]),
+    (["ecc_errors_aggregate"], ["ecc"], []),
+    (["remapped_rows"], ["ecc", "remapped_rows"], ["remapped_rows cannot be read"]),
+    (["remapped_rows", "ecc_mode"], ["ecc", "remapped_rows"], ["ecc_mode cannot be read", "remapped_rows cannot"]),
+    (["pcie_gen"], ["pcie"], ["pcie_gen cannot be read"]),
+    (["pcie_max_width"], ["pcie"], []),
+    (["pcie_max_width"], ["pcie_max"], ["pcie_max_width cannot be read"]),
+    (["temperature"], [], []),
+    ([], ["ecc", "remapped_rows", "temperature"], []),
+])
+def test_a_required_field_that_is_unknown_is_a_problem(unknown, required, expected):
+    gpu = healthy_gpu(unknown=list(unknown))
+    problems, dummy = gpuhealth.evaluate_gpu(gpu, DEFAULTS, required=required)
+    assert len(problems) == len(expected), problems
+    for problem, fragment in zip(problems, expected):
+        assert problem.startswith("GPU 3 (bus 5D): " + fragment), problem
+
+
+def test_a_gpu_in_error_is_judged_by_its_error_alone():
+    gpu = healthy_gpu(error={"name": "NVML_ERROR_UNKNOWN", "text": "Unknown Error", "message": "no hint here"},
+                      unknown=["ecc_errors"], ecc_mode=False)
+    problems, dummy = gpuhealth.evaluate_gpu(gpu, DEFAULTS, required=["ecc"])
+    assert problems == ["GPU 3 (bus 5D): NVML cannot query it: NVML_ERROR_UNKNOWN (Unknown Error); a host with a GPU "
+                        "in this state must not serve. Look for Xid errors in 'dmesg'."]
+
+
+@pytest.mark.parametrize("required, fragment", [
+    ("ecc", "required must be a list of field names"),
+    (["ecc", "ECC"], "required has unknown fields 'ECC'; known: clocks_event_reasons, ecc, ecc_errors,"),
+])
+def test_validate_required(required, fragment):
+    problems = gpuhealth.validate_required(required)
+    assert len(problems) == 1 and fragment in problems[0], problems
+
+
+def test_validate_required_accepts_every_field():
+    assert gpuhealth.validate_required(None) == []
+    assert gpuhealth.validate_required(sorted(gpuhealth.REQUIRABLE)) == []
+    assert set(gpuhealth.FIELDS) < set(gpuhealth.REQUIRABLE)
+
+
+def _temperature_stub(v_call):
+    stub = CountingStub(1)
+    if v_call is not None:
+        stub.nvmlDeviceGetTemperatureV = v_call
+    return stub
+
+
+def _raise(value):
+    def call(*args):
+        if value == "type":
+            raise TypeError("nvmlDeviceGetTemperatureV() takes 1 positional argument")
+        raise StubError(value)
+    return call
+
+
+@pytest.mark.parametrize("v_call, source, temp", [
+    (lambda handle, sensor: 61, "nvmlDeviceGetTemperatureV", 61),
+    (None, "nvmlDeviceGetTemperature", 50),  # a pynvml without the new call
+    (_raise(13), "nvmlDeviceGetTemperature", 50),  # a driver without it
+    (_raise(25), "nvmlDeviceGetTemperature", 50),  # a driver with another version of its struct
+    (_raise("type"), "nvmlDeviceGetTemperature", 50),  # a pynvml whose call takes other arguments
+])
+def test_the_current_temperature_call_then_the_old_one(v_call, source, temp):
+    gpu = gpuhealth.check(DEFAULTS, set(), pynvml=_temperature_stub(v_call))["gpus"][0]
+    assert (gpu["temperature_c"], gpu["temperature_source"]) == (temp, source)
+    assert "temperature" not in gpu["unknown"]
+
+
+def test_a_card_without_a_temperature_sensor_and_a_lost_gpu():
+    stub = _temperature_stub(_raise(3))
+    stub.nvmlDeviceGetTemperature = _raise(3)
+    gpu = gpuhealth.check(DEFAULTS, set(), pynvml=stub)["gpus"][0]
+    assert gpu["temperature_c"] is None and gpu["temperature_source"] is None and "temperature" in gpu["unknown"]
+    gpu = gpuhealth.check(DEFAULTS, set(), pynvml=_temperature_stub(_raise(15)))["gpus"][0]
+    assert gpu["error"]["name"] == "NVML_ERROR_GPU_IS_LOST"
+
+
+# ------------------------------------------------------------ clock event reasons over a window
+
+
+def _clocks_stub(masks):
+    """CountingStub whose clock event reasons answer MASKS in turn (the last one repeated)."""
+    seq = list(masks)
+    reads = []
+
+    def reasons(handle):
+        reads.append(handle)
+        return seq[min(len(reads), len(seq)) - 1]
+    return CountingStub(1, nvmlDeviceGetCurrentClocksEventReasons=reasons), reads
+
+
+def _judge(masks, **thresholds):
+    stub, reads = _clocks_stub(masks)
+    sleeps = []
+    result = gpuhealth.check(gpuhealth.effective_thresholds(thresholds), set(), pynvml=stub, sleep=sleeps.append)
+    return result, result["gpus"][0], sleeps, reads
+
+
+def test_a_momentary_power_brake_is_a_note_not_a_problem():
+    result, gpu, sleeps, reads = _judge([0x88, 0, 0, 0, 0])
+    assert result["healthy"] is True and result["problems"] == []
+    # decided after 4 readings: it can no longer hold in 3 of 5
+    assert gpu["clocks_event_reason_samples"] == [0x88, 0, 0, 0]
+    assert sleeps == [0.5, 0.5, 0.5] and len(reads) == 4
+    assert result["notes"] == ["GPU 0 (bus 18): clocks held down for a moment only (HW slowdown 1 of 4, HW power brake "
+                               "slowdown 1 of 4 readings over 0.0 s): a reason that comes and goes under load counts "
+                               "only when it holds in most readings"]
+    # the first reading is kept as it was read
+    assert gpu["clocks_event_reasons"] == 0x88 and gpu["clocks_event_reason_names"] == ["hw_slowdown",
+                                                                                        "hw_power_brake_slowdown"]
+
+
+def test_a_transient_reason_held_in_most_readings_is_a_problem():
+    result, gpu, sleeps, reads = _judge([0x20, 0, 0x20, 0x20, 0])
+    assert gpu["clocks_event_reason_samples"] == [0x20, 0, 0x20, 0x20]
+    assert result["problems"][0].startswith(
+        "GPU 0 (bus 18): clocks held down by SW thermal slowdown (the reasons counted as problems: hw_slowdown, "
+        "hw_thermal_slowdown, hw_power_brake_slowdown, sw_thermal_slowdown), held in most readings over 0.0 s (SW "
+        "thermal slowdown 3 of 4): this GPU runs slower")
+
+
+def test_two_of_four_is_not_most():
+    result, gpu, sleeps, reads = _judge([0x4, 0, 0x4, 0], clock_samples=4, throttle_reasons=["sw_power_cap"])
+    assert gpu["clocks_event_reason_samples"] == [0x4, 0, 0x4, 0] and result["healthy"] is True
+    assert "SW power cap 2 of 4 readings" in result["notes"][0]
+
+
+@pytest.mark.parametrize("masks, thresholds, samples", [
+    ([0x8, 0, 0], {}, [0x8]),  # HW slowdown without a transient cause: held by the hardware, at once
+    ([0x4, 0, 0], {}, [0x4]),  # SW power cap is not counted by default: no window
+    ([0x40, 0, 0], {"clock_samples": 1}, [0x40]),  # one reading decides
+    ([0x1, 0x40, 0x40], {}, [0x1]),  # idle at the first reading
+])
+def test_at_once(masks, thresholds, samples):
+    result, gpu, sleeps, reads = _judge(masks, **thresholds)
+    assert gpu["clocks_event_reason_samples"] == samples and sleeps == []
+    assert gpu["clocks_event_reason_window_s"] is None
+    counted = [n for n in gpu["clocks_event_reason_names"] if n in result["thresholds"]["throttle_reasons"]]
+    assert result["healthy"] is (not counted)
+
+
+def test_a_reading_that_fails_mid_window_ends_it():
+    masks = [0x40, 0x40]
+
+    def reasons(handle):
+        if not masks:
+            raise StubError(15)
+        return masks.pop(0)
+    stub = CountingStub(1, nvmlDeviceGetCurrentClocksEventReasons=reasons)
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub, sleep=lambda seconds: None)
+    gpu = result["gpus"][0]
+    assert gpu["clocks_event_reason_samples"] == [0x40, 0x40] and gpu["error"] is None
+    assert "HW thermal slowdown 2 of 2" in result["problems"][0]
+
+
+def test_the_window_is_bounded_in_real_time():
+    stub, reads = _clocks_stub([0x40, 0, 0x40, 0])
+    result = gpuhealth.check(gpuhealth.effective_thresholds({"clock_samples": 4, "clock_sample_interval_ms": 50}),
+                             set(), pynvml=stub)
+    gpu = result["gpus"][0]
+    assert gpu["clocks_event_reason_samples"] == [0x40, 0, 0x40, 0]
+    assert 0.1 <= gpu["clocks_event_reason_window_s"] < 60
+
+
+@pytest.mark.parametrize("mask, names", [
+    (0x4, ["sw_power_cap"]), (0x8, []), (0x48, ["hw_thermal_slowdown", "hw_slowdown"]),
+    (0x88, ["hw_power_brake_slowdown", "hw_slowdown"]), (0x20, ["sw_thermal_slowdown"]), (0x1 | 0x2 | 0x200, []),
+])
+def test_windowed_reasons(mask, names):
+    assert gpuhealth.windowed_reasons(mask) == names
+
+
+# ------------------------------------------------------------ the PCIe link
+
+
+@pytest.mark.parametrize("changes, thresholds, expected", [
+    # the width is judged when the generation cannot be read, idle or not
+    ({"pcie_gen": None, "pcie_max_gen": None, "pcie_width": 8, "clocks_event_reason_names": ["gpu_idle"]}, {},
+     ["PCIe link Gen? x8, the card can do Gen? x16"]),
+    ({"pcie_gen": None, "pcie_max_gen": None}, {}, []),
+    ({"pcie_width": None, "pcie_gen": 3}, {}, ["PCIe link Gen3 x?, the card can do Gen5 x16"]),
+    ({"pcie_width": None, "pcie_gen": 3, "clocks_event_reason_names": ["gpu_idle"]}, {}, []),
+    ({"pcie_max_width": None, "pcie_width": 1}, {}, []),
+    ({"pcie_width": 8, "pcie_gen": 1, "clocks_event_reason_names": ["gpu_idle"]}, {},
+     ["PCIe link Gen1 x8, the card can do Gen5 x16"]),
+    ({"pcie_width": 8}, {"pcie_below_max_is_problem": False}, []),
+])
+def test_pcie_width_always_generation_under_load(changes, thresholds, expected):
+    problems, dummy = gpuhealth.evaluate_gpu(healthy_gpu(**changes), gpuhealth.effective_thresholds(thresholds))
+    assert len(problems) == len(expected), problems
+    for problem, fragment in zip(problems, expected):
+        assert fragment in problem, problem
+
+
+def test_half_a_pcie_link_unknown():
+    stub = CountingStub(1, nvmlDeviceGetCurrPcieLinkGeneration=_raise(3), nvmlDeviceGetMaxPcieLinkGeneration=_raise(3),
+                        nvmlDeviceGetCurrPcieLinkWidth=lambda handle: 4)
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub)
+    gpu = result["gpus"][0]
+    assert gpu["unknown"] == ["remapped_rows", "temperature_slowdown", "pcie_gen", "pcie_max_gen"]
+    assert (gpu["pcie_gen"], gpu["pcie_width"], gpu["pcie_max_gen"], gpu["pcie_max_width"]) == (None, 4, None, 16)
+    assert "PCIe link Gen? x4, the card can do Gen? x16" in result["problems"][0]
+    assert result["summary"].endswith("not judged: remapped_rows, temperature_slowdown, pcie_gen, pcie_max_gen on GPU 0")
+
+
+# ------------------------------------------------------------ thresholds of the window and ECC
+
+
+@pytest.mark.parametrize("thresholds, fragment", [
+    ({"clock_samples": 0}, "thresholds.clock_samples must be a whole number from 1 to 20"),
+    ({"clock_samples": 21}, "from 1 to 20 (the readings of a transient clock event reason, such as 5; 1: one reading "
+                            "decides); got 21"),
+    ({"clock_samples": True}, "thresholds.clock_samples must be"),
+    ({"clock_sample_interval_ms": 49}, "thresholds.clock_sample_interval_ms must be a whole number of milliseconds "
+                                       "from 50 to 2000 (such as 500); got 49"),
+    ({"clock_sample_interval_ms": 2001}, "got 2001"),
+    ({"clock_samples": 20, "clock_sample_interval_ms": 600}, "make a window of 11400 ms; at most 10000 ms"),
+    ({"clock_sample_interval_ms": 2000, "clock_samples": 7}, "make a window of 12000 ms"),
+    ({"ecc_off_allowed": "yes"}, "thresholds.ecc_off_allowed must be true or false"),
+    ({"remapped_rows_failure_allowed": 1}, "thresholds.remapped_rows_failure_allowed must be true or false"),
+])
+def test_validate_window_and_ecc_thresholds(thresholds, fragment):
+    problems = gpuhealth.validate_thresholds(thresholds)
+    assert len(problems) == 1 and fragment in problems[0], problems
+
+
+def test_window_edges_accepted():
+    for thresholds in ({"clock_samples": 1}, {"clock_samples": 20, "clock_sample_interval_ms": 500},
+                       {"clock_samples": 6, "clock_sample_interval_ms": 2000}, {"clock_sample_interval_ms": 50}):
+        assert gpuhealth.validate_thresholds(thresholds) == [], thresholds
+
+
+def test_effective_thresholds_keep_defaults_for_none_and_ignore_unknown_keys():
+    t = gpuhealth.effective_thresholds({"max_temperature_c": None, "clock_samples": 3, "bogus": 1})
+    assert t["max_temperature_c"] == 85 and t["clock_samples"] == 3 and "bogus" not in t
+
+
+# ------------------------------------------------------------ branches of the reading and the summary
+
+
+def test_processes_the_driver_cannot_list_are_unknown():
+    stub = CountingStub(1, nvmlDeviceGetComputeRunningProcesses_v3=_raise(3))
+    gpu = gpuhealth.check(DEFAULTS, set(), pynvml=stub)["gpus"][0]
+    assert gpu["processes"] is None and gpu["unknown"][-1] == "processes"
+
+
+def test_the_summary_groups_unknown_fields_by_gpus():
+    gpus = []
+    for index, unknown in enumerate([["ecc_errors", "power"], ["ecc_errors", "power"], ["power"], []]):
+        gpu = gpuhealth._empty_gpu(index)
+        gpu.update(unknown=unknown, problems=[])
+        gpus.append(gpu)
+    assert gpuhealth._summary(gpus) == ("all 4 GPUs healthy; not readable on this card or driver, so not judged: "
+                                        "ecc_errors on GPUs 0-1; power on GPUs 0-2")
+    gpus[2]["problems"] = ["x"]
+    assert gpuhealth._summary(gpus).startswith("1 of 4 GPUs unhealthy (GPU 2); ")
+
+
+def test_proc_walk_edges(tmp_path):
+    root = fake_proc(tmp_path, {1: 0, 100: 1, 101: 100})
+    (tmp_path / "proc" / "102").mkdir()
+    (tmp_path / "proc" / "102" / "stat").write_text("102 (no parent field")  # no ')': unreadable, skipped
+    (tmp_path / "proc" / "103").mkdir()  # no stat at all
+    assert gpuhealth.descendants(100, root) == {100, 101}
+    assert gpuhealth.descendants(100, str(tmp_path / "missing")) == set()
+    # the walk reads at most max_entries processes
+    assert gpuhealth.descendants(100, root, max_entries=1) in ({100}, {100, 101})
+    assert gpuhealth.allowed_pids(None, 0, root) == set()

@@ -356,10 +356,115 @@ def test_not_supported_fields_are_unknown_not_failing(lib_dir, state_file):
 
 def test_ecc_off_leaves_the_counters_unknown(lib_dir, state_file):
     set_state(state_file, default__ecc_mode=0)
-    rc, res = run_module({}, state_file, lib_dir)
+    rc, res = run_module({"thresholds": {"ecc_off_allowed": True}}, state_file, lib_dir)
     assert rc == 0 and res["healthy"] is True
     assert all(g["ecc_mode"] is False and "ecc_errors" in g["unknown"] for g in res["gpus"])
     assert "ecc_errors, ecc_errors_aggregate on GPUs 0-7" in res["summary"]
+
+
+# ------------------------------------------------------- GPU health as real cards report it
+
+
+def test_ecc_off_is_a_problem_of_its_own(lib_dir, state_file):
+    # uncorrected errors with ECC off are not counted (the counters answer NOT_SUPPORTED): not "healthy"
+    res, problem = unhealthy(state_file, lib_dir, gpu__3__ecc_mode=0, gpu__3__ecc_uncorrected_volatile=5)
+    assert problem == ("GPU 3 (bus 5D): ECC is off: the GPU's memory errors are neither corrected nor counted, so an "
+                       "uncorrected error goes unseen and corrupts results silently; turn it on ('nvidia-smi -i 3 -e "
+                       "1', then a GPU reset or a reboot), or allow it with thresholds.ecc_off_allowed")
+    assert res["gpus"][3]["ecc_uncorrected_volatile"] is None and "ecc_errors" in res["gpus"][3]["unknown"]
+    # turned on for the next reset: said so
+    res, problem = unhealthy(state_file, lib_dir, gpu__3__ecc_pending_mode=1)
+    assert "(it is set to turn on at the next GPU reset or reboot)" in problem
+
+
+def test_required_fields_the_card_cannot_report(lib_dir, state_file):
+    set_state(state_file, gpu__3__unsupported="ecc,remapped_rows")
+    rc, res = run_module({}, state_file, lib_dir)
+    assert rc == 0 and res["healthy"] is True and res["required"] == []  # unknown: out of the verdict by default
+    rc, res = run_module({"required": ["ecc", "remapped_rows"]}, state_file, lib_dir)
+    assert rc == 1 and res["healthy"] is False and res["required"] == ["ecc", "remapped_rows"]
+    assert res["summary"].startswith("1 of 8 GPUs unhealthy (GPU 3); not readable on this card or driver")
+    assert [p.split(" cannot be read", 1)[0] for p in res["problems"]] == [
+        "GPU 3 (bus 5D): ecc_errors", "GPU 3 (bus 5D): remapped_rows"]
+    assert "and ecc is required: this GPU's health cannot be proven without it" in res["problems"][0]
+    # a field every GPU reports is no problem when required
+    rc, res = run_module({"required": ["temperature", "pcie"]}, state_file, lib_dir)
+    assert rc == 0 and res["healthy"] is True
+
+
+def test_required_names_are_checked(lib_dir, state_file):
+    rc, res = run_module({"required": ["ecc", "ECC"]}, state_file, lib_dir)
+    assert rc == 1 and "gpus" not in res
+    assert "required has unknown fields 'ECC'; known: clocks_event_reasons, ecc, " in res["msg"]
+
+
+def test_temperature_through_the_current_call(lib_dir, state_file):
+    set_state(state_file, gpu__3__temperature_c=91)
+    rc, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
+    assert [g["temperature_source"] for g in res["gpus"]] == ["nvmlDeviceGetTemperatureV"] * 8
+    assert res["gpus"][3]["temperature_c"] == 91 and "91 C, above the limit of 85 C" in res["problems"][0]
+
+
+def test_temperature_falls_back_to_the_old_call(lib_dir, state_file):
+    # a driver without nvmlDeviceGetTemperatureV (pynvml raises FunctionNotFound)
+    set_state(state_file, temperature_v=0, gpu__3__temperature_c=91)
+    rc, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
+    assert [g["temperature_source"] for g in res["gpus"]] == ["nvmlDeviceGetTemperature"] * 8
+    assert res["gpus"][3]["temperature_c"] == 91 and "91 C, above the limit of 85 C" in res["problems"][0]
+    assert all("temperature" not in g["unknown"] for g in res["gpus"])
+
+
+def test_a_gpu_lost_since_the_count_before(lib_dir, state_file):
+    rc, res = run_module({"expected_gpu_count": 8}, state_file, lib_dir)
+    assert rc == 0 and res["healthy"] is True and res["expected_gpu_count"] == 8
+    set_state(state_file, gpu_count=7)
+    rc, res = run_module({"expected_gpu_count": 8}, state_file, lib_dir)
+    assert rc == 1 and res["healthy"] is False and res["gpu_count"] == 7
+    assert res["summary"] == "7 GPUs found where 8 are expected; all 7 GPUs healthy"
+    assert res["msg"].splitlines()[1].startswith("NVML reports 7 GPUs where 8 are expected (expected_gpu_count, the "
+                                                 "count read before): a GPU was lost since")
+
+
+def test_an_absurd_gpu_count_is_refused_naming_it(lib_dir, state_file):
+    set_state(state_file, reported_gpu_count=4294967295)
+    rc, res = run_module({"call_timeout": 30}, state_file, lib_dir)
+    assert rc == 1 and res["nvml_available"] is False and res["gpus"] == []
+    assert res["nvml_error"]["name"] == "NVML_UNEXPECTED"
+    assert res["msg"].startswith("GPU health cannot be judged: NVML is not usable on this host: NVML_UNEXPECTED (NVML "
+                                 "reports 4294967295 GPUs on this host, which no host has (at most 64 are believed")
+    assert "NVML_TIMEOUT" not in res["msg"]
+
+
+def test_a_momentary_clock_event_reason_is_not_counted(lib_dir, state_file):
+    # a power brake in one reading of five (under load, before the drain): a note, not a skipped host
+    window = {"thresholds": {"clock_sample_interval_ms": 50}}
+    set_state(state_file, gpu__3__clocks_event_reasons_seq="0x88,0,0,0,0")
+    rc, res = run_module(window, state_file, lib_dir)
+    assert rc == 0 and res["healthy"] is True, res.get("msg")
+    assert res["gpus"][3]["clocks_event_reason_samples"] == [0x88, 0, 0, 0]
+    assert res["notes"][0].startswith("GPU 3 (bus 5D): clocks held down for a moment only (HW slowdown 1 of 4, HW power "
+                                      "brake slowdown 1 of 4 readings over ")
+    assert res["gpus"][0]["clocks_event_reason_samples"] == [0x1]  # idle: read once
+    # held in most readings: a problem
+    set_state(state_file, gpu__3__clocks_event_reasons_seq="0x88,0,0x88,0x88")
+    res, problem = unhealthy(state_file, lib_dir, window)
+    assert res["gpus"][3]["clocks_event_reason_samples"] == [0x88, 0, 0x88, 0x88]
+    assert "clocks held down by HW slowdown, HW power brake slowdown (the reasons counted as problems: " in problem
+    assert "held in most readings over " in problem and "(HW slowdown 3 of 4, HW power brake slowdown 3 of 4)" in problem
+
+
+def test_hw_slowdown_alone_counts_at_once(lib_dir, state_file):
+    set_state(state_file, gpu__3__clocks_event_reasons_seq="0x8,0,0,0,0")
+    res, problem = unhealthy(state_file, lib_dir)
+    assert res["gpus"][3]["clocks_event_reason_samples"] == [0x8]
+    assert "clocks held down by HW slowdown (the reasons counted as problems: " in problem
+
+
+def test_pcie_width_judged_when_the_generation_cannot_be_read(lib_dir, state_file):
+    res, problem = unhealthy(state_file, lib_dir, gpu__3__unsupported="pcie_gen", gpu__3__pcie_width=8)
+    assert "PCIe link Gen? x8, the card can do Gen? x16: a degraded link" in problem
+    assert res["gpus"][3]["unknown"] == ["pcie_gen", "pcie_max_gen"]
+    assert (res["gpus"][3]["pcie_width"], res["gpus"][3]["pcie_max_width"]) == (8, 16)
 
 
 def test_lost_gpu_is_a_problem(lib_dir, state_file):
@@ -417,6 +522,8 @@ def test_same_problem_on_every_gpu_is_one_line(lib_dir, state_file):
     ({"call_timeout": 0}, "call_timeout must be at least 1 second; got 0"),
     ({"allowed_unit": "vllm/../x"}, "allowed_unit 'vllm/../x' holds characters a unit name cannot have"),
     ({"allowed_unit_dir": "units"}, "allowed_unit_dir must be an absolute path, got 'units'"),
+    ({"expected_gpu_count": 65}, "expected_gpu_count must be a number of GPUs from 0 to 64"),
+    ({"thresholds": {"clock_samples": 30}}, "thresholds.clock_samples must be a whole number from 1 to 20"),
 ])
 def test_bad_options_are_refused(lib_dir, state_file, args, text):
     rc, res = run_module(args, state_file, lib_dir)

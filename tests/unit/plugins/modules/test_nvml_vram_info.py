@@ -304,6 +304,18 @@ def test_lost_gpu_fails_at_once(lib_dir, state_file):
     assert [g["name"] for i, g in enumerate(res["gpus"]) if i != 3] == [DEFAULT_NAME] * 7
 
 
+def test_an_absurd_gpu_count_is_refused_naming_it(lib_dir, state_file):
+    # NVML answering -1 as an unsigned count: refused at once, never walked index by index until the call timeout
+    set_state(state_file, reported_gpu_count=4294967295)
+    rc, res = run_module({"expect": {"count": 8}, "call_timeout": 30}, state_file, lib_dir)
+    assert rc == 1 and res["nvml_available"] is False and res["gpus"] == [] and res["attempts"] == 1
+    assert res["nvml_error"]["name"] == "NVML_UNEXPECTED"
+    assert res["msg"].startswith("NVML is not usable on this host: NVML_UNEXPECTED (NVML reports 4294967295 GPUs on "
+                                 "this host, which no host has (at most 64 are believed; the NVIDIA driver manages at "
+                                 "most 32)")
+    assert "NVML_TIMEOUT" not in res["msg"]
+
+
 def test_lost_gpu_outside_the_subset_still_fails(lib_dir, state_file):
     set_state(state_file, gpu__7__lost=1)
     rc, res = run_module({"expect": {"gpus": [0], "max_used_mib": 1024}}, state_file, lib_dir)
