@@ -26,8 +26,11 @@ Public API (used by the ``vllm_metrics_info`` module):
 * :func:`fetch` -- GET the URL (bounded: time, body size) with the
   collection's HTTP client (:class:`vllm_api.VllmClient`).
 * :func:`parse` -- families of a body, bounded in families and samples.
-* :func:`summarize` -- running, waiting, idle, counters, histograms and the
-  raw families used, from the parsed families.
+* :func:`summarize` -- running, waiting, idle, state, counters, histograms
+  and the raw families used, from the parsed families. Idle means a sample
+  of each gauge (a gauge, or a family without ``# TYPE``) reads 0; gauges
+  declared without a sample, or served as a counter, make the state
+  ``unknown`` (``unknown_reason`` says why), never idle.
 * :func:`read_once` -- fetch, parse and summarize.
 * :func:`wait_idle` -- read until idle or a timeout passes.
 * :class:`MetricsError` -- a fault, with ``kind`` (``library``, ``http``,
@@ -69,6 +72,8 @@ DEFAULT_MAX_SAMPLES = 200000
 MAX_TIMEOUT = 3600
 RAW_SAMPLES_PER_FAMILY = 64
 MAX_HISTOGRAMS = 64
+# the types a family of the two gauges may have: gauge, or no # TYPE line at all (prometheus_client: unknown)
+GAUGE_TYPES = ("gauge", "unknown", "untyped")
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
 PACKAGE = "prometheus-client"
 LIBRARY = "prometheus_client"
@@ -260,9 +265,11 @@ def summarize(families, url, model_name=None):
     models = set()
     engines = {}
     sums = {RUNNING: 0.0, WAITING: 0.0}
+    sampled = {RUNNING: False, WAITING: False}
     for name in (RUNNING, WAITING):
         for sample in by_name[name].samples:
-            if sample.name != name:
+            # (a counter's samples are NAME_total, a histogram's NAME_count...: none of them is the gauge)
+            if sample.name != name or by_name[name].type not in GAUGE_TYPES:
                 continue
             models.add(sample.labels.get("model_name"))
             if not _wanted(sample.labels, model_name):
@@ -276,21 +283,37 @@ def summarize(families, url, model_name=None):
             value = sample.value
             entry["running" if name == RUNNING else "waiting"] += value
             sums[name] += value
+            sampled[name] = True
     known = sorted(m for m in models if m is not None)
-    if model_name is not None and not engines:
+    # (no sample of any model: an engine that does not report yet, the state is unknown; samples of other models only:
+    # a model_name that is not served)
+    if model_name is not None and not engines and known:
         raise MetricsError(
             "%s reports no %s for model_name %s; it serves %s. Give one of those as model_name. Nothing was changed."
             % (url, RUNNING, show(model_name), ", ".join(show(m) for m in known) or "no model_name label at all"),
             "no_model")
 
+    unsure = []
+    for name in (RUNNING, WAITING):
+        if by_name[name].type not in GAUGE_TYPES:
+            unsure.append("%s is served as a %s, not a gauge" % (name, by_name[name].type))
+        elif not sampled[name]:
+            unsure.append("%s is declared but has no sample%s" % (
+                name, (" for model_name %s" % show(model_name)) if model_name is not None else ""))
     result = {
-        "running": _number(sums[RUNNING]),
-        "waiting": _number(sums[WAITING]),
+        "running": _number(sums[RUNNING]) if sampled[RUNNING] else None,
+        "waiting": _number(sums[WAITING]) if sampled[WAITING] else None,
         "models": known,
         "by_engine": [dict(entry, running=_number(entry["running"]), waiting=_number(entry["waiting"]))
                       for dummy, entry in sorted(engines.items(), key=lambda item: (str(item[0][0]), str(item[0][1])))],
     }
+    # (idle only when a sample of each gauge reads 0; a gauge that cannot be read proves nothing)
     result["idle"] = result["running"] == 0 and result["waiting"] == 0
+    if (result["running"] or 0) > 0 or (result["waiting"] or 0) > 0:
+        result["state"] = "busy"
+    else:
+        result["state"] = "idle" if result["idle"] else "unknown"
+    result["unknown_reason"] = "; ".join(unsure) if result["state"] == "unknown" else None
 
     success = {"total": 0, "by_finished_reason": {}}
     tokens = {PROMPT_TOKENS: 0.0, GENERATION_TOKENS: 0.0}
@@ -387,12 +410,22 @@ def wait_idle(read, timeout, interval, clock=time.monotonic, sleep=time.sleep):
 
 
 def busy_phrase(result):
-    """'3 request(s) running and 2 waiting' with the model when one was chosen."""
+    """'3 request(s) running and 2 waiting', or why nothing proves the server idle (state unknown)."""
+    if result.get("state") == "unknown":
+        return "nothing proves it idle: %s" % result["unknown_reason"]
     return "%s request(s) running and %s waiting" % (result["running"], result["waiting"])
 
 
 def timeout_message(url, result, timeout, model_name=None):
     """The sentence of a drain wait that timed out."""
+    if result.get("state") == "unknown":
+        return ("vLLM at %s was not proven idle after %s s (timeout %s s): %s%s at the last of %d read(s), and idle "
+                "means a sample of each of %s and %s reads 0. Its in-flight requests, if any, would be cut if it "
+                "stopped now: check what that address serves (a vLLM server whose engine does not report yet, or "
+                "not vLLM's metrics), wait longer (timeout), or go on anyway with on_timeout=continue." % (
+                    url, _number(round(result["waited"], 1)), _number(timeout), busy_phrase(result),
+                    (" for model %s" % show(model_name)) if model_name is not None else "", result["polls"],
+                    RUNNING, WAITING))
     return ("vLLM at %s still had work in flight after %s s (timeout %s s): %s%s at the last of %d read(s). Its "
             "in-flight requests would be cut if it stopped now: make sure no new traffic reaches it (drain it at the "
             "load balancer), wait longer (timeout), or go on anyway with on_timeout=continue." % (

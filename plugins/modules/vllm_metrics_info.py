@@ -17,7 +17,10 @@ description:
     (C(prometheus_client.parser.text_string_to_metric_families)), never with regular expressions.
   - Returns the requests in flight as vLLM counts them, C(vllm:num_requests_running) (in the engine's batches) and
     C(vllm:num_requests_waiting) (queued), each summed over the engines (the C(engine) label, one per data-parallel
-    engine) of the model chosen with O(model_name), or of every model; RV(idle) is V(true) when both are 0.
+    engine) of the model chosen with O(model_name), or of every model; RV(idle) is V(true) when a sample of each reads
+    0.
+  - "Gauges declared without a sample, or served as a counter, prove nothing: RV(state=unknown), which the drain
+    gate does not pass (it waits, then fails at O(timeout) saying why, or goes on with O(on_timeout=continue))."
   - Also returns the finished requests (C(vllm:request_success_total), per C(finished_reason) and in all), the prompt
     and generation token totals, and the count and sum of every C(vllm:) histogram found (time to first token,
     end-to-end latency, inter-token latency, queue time, ...), plus the families it used.
@@ -189,20 +192,38 @@ error_kind:
   type: str
   sample: refused
 running:
-  description: C(vllm:num_requests_running), summed over the engines (of O(model_name) when given).
+  description:
+    - C(vllm:num_requests_running), summed over the engines (of O(model_name) when given); V(null) when no sample of it
+      was read (RV(state=unknown)).
   returned: success, and on a drain timeout
   type: int
   sample: 0
 waiting:
-  description: C(vllm:num_requests_waiting), summed the same way.
+  description: C(vllm:num_requests_waiting), summed the same way; V(null) when no sample of it was read.
   returned: success, and on a drain timeout
   type: int
   sample: 0
 idle:
-  description: Whether RV(running) and RV(waiting) were both 0 at the last read.
+  description:
+    - Whether a sample of each of C(vllm:num_requests_running) and C(vllm:num_requests_waiting) read 0 at the last
+      read (RV(running) and RV(waiting) both 0). Gauges declared without a sample, or served as another type (a
+      counter), prove nothing; RV(idle=false) and RV(state=unknown).
   returned: success, and on a drain timeout
   type: bool
   sample: true
+state:
+  description:
+    - V(idle), V(busy) (requests running or waiting) or V(unknown) (nothing proves the server idle; RV(unknown_reason)
+      says why). The drain gate passes V(idle) only, and waits on V(unknown) as on V(busy).
+  returned: success, and on a drain timeout
+  type: str
+  sample: idle
+unknown_reason:
+  description: Why the state is V(unknown) (for example C(vllm:num_requests_running is declared but has no sample)),
+    V(null) otherwise.
+  returned: success, and on a drain timeout
+  type: str
+  sample: null
 timed_out:
   description: Whether O(wait_idle) gave up at O(timeout) with work still in flight.
   returned: success, and on a drain timeout
@@ -383,7 +404,7 @@ def main():
         result["msg"] = message
     else:
         result["msg"] = "vLLM at %s%s is %s: %s (after %d read(s), %s s)." % (
-            url, where_model, "idle" if result["idle"] else "busy", busy_phrase(result), result["polls"],
+            url, where_model, result["state"], busy_phrase(result), result["polls"],
             result["waited"])
     module.exit_json(**result)
 

@@ -335,6 +335,58 @@ def test_a_gauge_that_is_no_count_proves_nothing(answering, tools_venv, blocked,
     assert rc == 1 and result["error_kind"] == "invalid", result
 
 
+GAUGES_WITHOUT_SAMPLES = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+"""
+RUNNING_AS_A_COUNTER = """# TYPE vllm:num_requests_running counter
+vllm:num_requests_running_total{engine="0",model_name="a"} 0.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="a"} 0.0
+"""
+ONE_GAUGE_WITHOUT_A_SAMPLE = """# TYPE vllm:num_requests_running gauge
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="a"} 0.0
+"""
+
+
+@pytest.mark.parametrize("body, model_name, reason", [
+    (GAUGES_WITHOUT_SAMPLES, None, "vllm:num_requests_running is declared but has no sample; "
+                                   "vllm:num_requests_waiting is declared but has no sample"),
+    (GAUGES_WITHOUT_SAMPLES, "a", "vllm:num_requests_running is declared but has no sample for model_name 'a'"),
+    (RUNNING_AS_A_COUNTER, None, "vllm:num_requests_running is served as a counter, not a gauge"),
+    (RUNNING_AS_A_COUNTER, "a", "vllm:num_requests_running is served as a counter, not a gauge"),
+    (ONE_GAUGE_WITHOUT_A_SAMPLE, None, "vllm:num_requests_running is declared but has no sample"),
+])
+def test_gauges_without_a_sample_of_each_prove_nothing(parser, body, model_name, reason):
+    result = vllm_metrics.summarize(vllm_metrics.parse(body, parser, "u"), "u", model_name=model_name)
+    assert result["idle"] is False and result["state"] == "unknown", result
+    assert result["unknown_reason"].startswith(reason), result["unknown_reason"]
+    assert result["running"] is None
+
+
+def test_a_sample_of_each_gauge_at_zero_is_idle_and_one_above_is_busy(parser):
+    body = ONE_GAUGE_WITHOUT_A_SAMPLE + 'vllm:num_requests_running{engine="0",model_name="a"} 0.0\n'
+    result = vllm_metrics.summarize(vllm_metrics.parse(body, parser, "u"), "u")
+    assert (result["idle"], result["state"], result["unknown_reason"]) == (True, "idle", None)
+    busy = RUNNING_AS_A_COUNTER.replace('waiting{engine="0",model_name="a"} 0.0', 'waiting{engine="0",model_name="a"} 2')
+    result = vllm_metrics.summarize(vllm_metrics.parse(busy, parser, "u"), "u")
+    assert (result["idle"], result["state"], result["waiting"]) == (False, "busy", 2)
+
+
+def test_the_drain_gate_does_not_pass_gauges_without_samples(answering, tools_venv, blocked, tmp_path):
+    url = answering(GAUGES_WITHOUT_SAMPLES)
+    rc, failed = run_module({"url": url, "tools_venvs": [tools_venv], "wait_idle": True, "timeout": 1,
+                             "interval": 0.2}, tmp_path, blocked)
+    assert rc == 1 and failed["error_kind"] == "drain_timeout", failed
+    assert "was not proven idle after" in failed["msg"] and "declared but has no sample" in failed["msg"]
+    assert failed["polls"] >= 2 and failed["state"] == "unknown"
+    rc, once = run_module({"url": url, "tools_venvs": [tools_venv]}, tmp_path, blocked)
+    assert rc == 0 and once["idle"] is False and once["state"] == "unknown", once
+    assert "is unknown: nothing proves it idle" in once["msg"]
+
+
 @pytest.mark.parametrize("body, kind", [
     ("<html><body>It works!</body></html>\n", "not_prometheus"),
     ('{"object": "error", "message": "Not Found"}\n', "not_prometheus"),
