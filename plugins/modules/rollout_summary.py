@@ -16,10 +16,13 @@ description:
   - Writes the summary of a rollout run, one row per host, as a Markdown table (C(summary.md)) and as JSON
     (C(summary.json)) into O(path), and returns one readable line per host for the play output.
   - The rows come from the filter P(gpufleet.vllm.rollout_rows#filter); the playbook C(gpufleet.vllm.rollout)
-    runs this module once, on the control node.
+    runs it once per run (C(run_once)).
+  - It is an action plugin and runs on the control node, in the Python that runs Ansible, whatever host the task is
+    for. No module is sent to a host and no connection is opened, so the task needs no C(delegate_to).
   - Every value is written on one line of the table (control characters escaped, C(|) escaped), so a host name or a
     failure message cannot break the table.
-  - Both files are written atomically (a temporary file renamed over the old one).
+  - Both files are written atomically (a temporary file renamed over the old one). The result's C(changed) is always
+    false, since a report is a new file on the control node each run, not a change to the fleet.
 options:
   path:
     description: The run's report directory; created when missing.
@@ -38,8 +41,20 @@ options:
 extends_documentation_fragment:
   - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
   - gpufleet.vllm.internal.module
 attributes:
+  action:
+    support: full
+    details: An action plugin; all of it runs on the control node.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    details: The control node, whatever host the task is for.
   check_mode:
     support: full
     details: In check mode nothing is written; the lines are returned all the same.
@@ -52,12 +67,11 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Write the summary on the control node
+- name: Write the summary on the control node (once per run)
   gpufleet.vllm.rollout_summary:
     path: "{{ gpufleet_report_dir }}"
     rows: "{{ rollout_targets | gpufleet.vllm.rollout_rows(hostvars) }}"
     batches: "{{ rollout_targets | gpufleet.vllm.rollout_batches(hostvars) }}"
-  delegate_to: localhost
   run_once: true
   register: rollout_summary
 """
@@ -65,7 +79,7 @@ EXAMPLES = r"""
 RETURN = r"""
 check_mode:
   description:
-    - Whether the module ran in check mode (nothing written on the control node).
+    - Whether the task ran in check mode (nothing written on the control node).
       Also true for a task with C(check_mode=true) in a run without C(--check), where the C(ansible_check_mode)
       variable is false. Roles decide from this, not from that variable.
   returned: success
@@ -110,53 +124,3 @@ benchmark_report:
   returned: always
   type: str
 """
-
-import os
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
-from ansible_collections.gpufleet.vllm.plugins.module_utils.report import rollout as rollout_report
-from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type='path', required=True),
-            rows=dict(type='list', elements='dict', required=True),
-            batches=dict(type='list', elements='list', default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    path, rows, batches = module.params['path'], module.params['rows'], module.params['batches']
-    report = os.path.join(path, 'report.md')
-    benchmark_report = report if os.path.isfile(report) else None
-    lines = ['report: %s' % os.path.join(path, 'summary.md'),
-             'batches: %s' % (rollout_report.batches_line(batches) or 'none')]
-    if rollout_report.balancer_line(rows):
-        lines.append(rollout_report.balancer_line(rows))
-    # (without a failure's words or a skip's reason: the run printed each where it happened; summary.md has them)
-    lines.extend(rollout_report.host_line(row, with_why=False) for row in rows)
-    files = []
-    if not module.check_mode:
-        try:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            for name, text in (('summary.json', rollout_report.summary_json(rows, batches, benchmark_report)),
-                               ('summary.md', rollout_report.markdown(rows, batches, 'report.md' if benchmark_report else None,
-                                                                      lock_file=os.path.isfile(os.path.join(path, 'fleet.lock'))))):
-                reportfile.write_atomic(module, os.path.join(path, name), text)
-                files.append(os.path.join(path, name))
-        except (OSError, IOError, ValueError) as exc:
-            module.fail_json(msg='Could not write the rollout summary into %s: %s. The hosts are as the lines below say.'
-                             % (path, to_native(exc)), lines=lines, files=files,
-                             failed_hosts=rollout_report.failed_hosts(rows),
-                             skipped_hosts=rollout_report.skipped_hosts(rows),
-                             host_failures=rollout_report.host_failures(rows, os.path.join(path, 'summary.md')))
-    # a report is a new file on the control node each run, not a change to the fleet
-    module.exit_json(changed=False, check_mode=module.check_mode, lines=lines, files=files, failed_hosts=rollout_report.failed_hosts(rows),
-                     skipped_hosts=rollout_report.skipped_hosts(rows), benchmark_report=benchmark_report,
-                     host_failures=rollout_report.host_failures(rows, os.path.join(path, 'summary.md')))
-
-
-if __name__ == '__main__':
-    main()

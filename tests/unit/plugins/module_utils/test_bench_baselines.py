@@ -15,13 +15,12 @@ import threading
 import pytest
 import yaml
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import baseline as bench_baseline
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import history as bench_history
-from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
 
 import report_samples
+from writer_actions import action_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 KEYED = {
@@ -394,13 +393,8 @@ def test_trend_png_is_drawn_with_every_host(tmp_path):
 
 
 @pytest.fixture
-def run_module(capsys):
-    def _run(args, check=False):
-        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=False)):
-            with pytest.raises(SystemExit) as exc:
-                bench_report.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+def run_module():
+    return action_runner('bench_report')
 
 
 def result_of(entry, run_id):

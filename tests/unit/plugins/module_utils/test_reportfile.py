@@ -38,7 +38,7 @@ def test_a_failed_move_keeps_the_old_file_and_leaves_no_temporary_file(tmp_path)
     assert sorted(os.listdir(str(tmp_path))) == ["summary.json"]
 
 
-def test_the_modules_share_it():
-    from ansible_collections.gpufleet.vllm.plugins.modules import bench_report, rollout_summary
+def test_the_writers_share_it():
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.writers import bench_report, report_files, rollout_summary
     assert not hasattr(bench_report, "_write") and not hasattr(rollout_summary, "_write")
-    assert bench_report.reportfile is rollout_summary.reportfile is reportfile
+    assert bench_report.reportfile is rollout_summary.reportfile is report_files.reportfile is reportfile

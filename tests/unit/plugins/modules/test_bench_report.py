@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.bench_report, run in-process on real results of vllm bench serve (the figure: test_bench_plot)."""
+"""gpufleet.vllm.bench_report, its action plugin run in-process on real results of vllm bench serve (the figure: test_bench_plot)."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -14,10 +14,9 @@ import sys
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as report_utils
-from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
+from writer_actions import action_runner
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter', 'fixtures')
 
@@ -64,13 +63,8 @@ def run_dir(tmp_path):
 
 
 @pytest.fixture
-def run(capsys):
-    def _run(args, check=False, diff=False):
-        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=diff)):
-            with pytest.raises(SystemExit) as exc:
-                bench_report.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+def run():
+    return action_runner('bench_report')
 
 
 def test_report_writes_markdown_and_plot(run_dir, run):
@@ -128,10 +122,9 @@ def test_report_without_png(run_dir, run):
 
 def test_without_matplotlib_the_results_are_kept_and_the_markdown_says_why(tmp_path, run, monkeypatch):
     monkeypatch.setitem(sys.modules, 'matplotlib', None)  # what an import on a control node without it does
-    warned = []  # (where a controller module was imported before, ansible shows warnings itself, not in the result)
-    monkeypatch.setattr(bench_report.AnsibleModule, 'warn', lambda self, warning: warned.append(warning))
     path = tmp_path / 'r1'
     code, result = run({'path': str(path), 'results': [record()]})
+    warned = result.get('warnings') or []  # (Ansible shows a result's warnings)
     assert code == 0 and result['changed'] is True
     assert (path / 'gpu-node-3' / 'summary.json').is_file() and not (path / 'report.png').exists()
     assert result['png'] is None

@@ -1,26 +1,20 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.bench_report: an overall timeout checked between files, between hosts and before drawing."""
+"""gpufleet.vllm.bench_report (its action plugin): an overall timeout checked between files, between hosts and before drawing."""
 
-import json
 import os
 
 import pytest
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as report_utils
-from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.writers import bench_report
+from writer_actions import action_runner
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter', 'fixtures')
 
 
 @pytest.fixture
-def run(capsys):
-    def _run(args, check=False):
-        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=False)):
-            with pytest.raises(SystemExit) as exc:
-                bench_report.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+def run():
+    return action_runner('bench_report')
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 # Copyright: contributors to the gpufleet.vllm collection
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.bench_report on hostile host results: escaped Markdown, capped reads, no traceback."""
+"""gpufleet.vllm.bench_report (its action plugin) on hostile host results: escaped Markdown, capped reads, no traceback."""
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
@@ -15,9 +15,8 @@ import shutil
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as report_utils
-from ansible_collections.gpufleet.vllm.plugins.modules import bench_report
+from writer_actions import action_runner
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'filter', 'fixtures')
 EVIL_MODEL = 'kimi | <script>alert(1)</script>\n| injected | row |\r\n# heading `code` **bold** [x](http://evil) \x1b[31m'
@@ -29,13 +28,8 @@ def unescaped(markdown_text):
 
 
 @pytest.fixture
-def run(capsys):
-    def _run(args, check=False):
-        with patch_module_args(dict(args, _ansible_check_mode=check, _ansible_diff=False)):
-            with pytest.raises(SystemExit) as exc:
-                bench_report.main()
-        return exc.value.code, json.loads(capsys.readouterr().out)
-    return _run
+def run():
+    return action_runner('bench_report')
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

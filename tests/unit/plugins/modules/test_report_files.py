@@ -1,19 +1,19 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.report_files, run in-process: the diffs of a run written in one task, nothing outside the directory."""
+"""gpufleet.vllm.report_files, its action plugin run in-process: the diffs of a run written in one task, nothing outside the directory."""
 
 import os
 
 import pytest
 
-from helpers import module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import report_files
+from writer_actions import action_runner
+from ansible_collections.gpufleet.vllm.plugins.module_utils.writers import report_files
 
 DIFF = "--- a/vllm/model.py\n+++ b/vllm/model.py\n@@ -1 +1,2 @@\n x = 1\n+_t.save(q, '/tmp/q.pt')\n"
 
 
 @pytest.fixture
-def run(capsys):
-    return module_runner(report_files.main, capsys)
+def run():
+    return action_runner("report_files")
 
 
 def _tree(top):

@@ -1,13 +1,12 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""gpufleet.vllm.rollout_summary, run in-process."""
+"""gpufleet.vllm.rollout_summary, its action plugin run in-process as Ansible runs it on the control node."""
 
 import json
 import os
 
 import pytest
 
-from helpers import module_runner
-from ansible_collections.gpufleet.vllm.plugins.modules import rollout_summary
+from writer_actions import action_runner
 
 ROWS = [
     {"host": "gpu-a01", "status": "updated", "build_before": "0.32.0", "pristine_before": False, "build_after": "0.33.0",
@@ -20,8 +19,8 @@ ROWS = [
 
 
 @pytest.fixture
-def run(capsys):
-    return module_runner(rollout_summary.main, capsys)
+def run():
+    return action_runner("rollout_summary")
 
 
 def test_writes_both_files_and_says_each_host_on_one_line(run, tmp_path):
