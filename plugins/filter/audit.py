@@ -57,10 +57,11 @@ def audit_line(row):
     return "%s: %s" % (one_line(row.get("host", "?")), ", ".join(parts))
 
 
-def markdown_text(value):
+def markdown_text(value, cell=False):
     """VALUE as Markdown text on one line that shows exactly VALUE (a process name, a path from a host): no heading,
-    HTML, link or emphasis of its own."""
-    return md_text(value)
+    HTML, link or emphasis of its own, no character that reorders or hides text; CELL: a | cannot end a table cell."""
+    text = md_text(value)
+    return text.replace("|", "\\|") if cell else text
 
 
 def audit_fingerprints(rows, hostvars=None, lock=None, lock_file="", limit=dependency_report.DEPENDENCY_LINES,

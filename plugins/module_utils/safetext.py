@@ -129,10 +129,13 @@ def value_problems(values, options=(), quoted=(),
 # Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
 # DEL, C1, the Unicode line and paragraph separators, the bidirectional marks, overrides and isolates (they reorder
 # what a reader sees: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), the zero-width and invisible characters
-# (U+200B-U+200D, U+2060-U+2064, U+FEFF: they hide text or make two names look alike), and surrogates (bytes that
-# were not UTF-8, decoded with surrogateescape).
-_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064"
-                           u"\u2066-\u2069\ufeff\ud800-\udfff]")
+# (U+200B-U+200D, U+2060-U+2064, U+FEFF, the soft hyphen U+00AD, the combining grapheme joiner U+034F, the Hangul
+# and Khmer fillers, the Mongolian selectors U+180B-U+180E, the interlinear annotation marks U+FFF9-U+FFFB and the
+# tag characters U+E0000-U+E007F: they hide text or make two names look alike), and surrogates (bytes that were not
+# UTF-8, decoded with surrogateescape).
+_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180e"
+                           u"\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
+                           u"\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
 
 
 def _block_escape(match):
@@ -141,6 +144,8 @@ def _block_escape(match):
         return "\\x%02x" % (code - 0xDC00)
     if code < 0x100:
         return "\\x%02x" % code
+    if code > 0xFFFF:
+        return "\\U%08x" % code
     return "\\u%04x" % code
 
 
@@ -159,6 +164,16 @@ def printable_block(text):
     elif not isinstance(text, str):
         text = str(text)
     return _BLOCK_UNSAFE.sub(_block_escape, text)
+
+
+def one_line(value):
+    """VALUE (any value from a host) as one printable line for a report, a terminal or a figure: odd bytes, control
+    and invisible characters escaped as printable_block() does, and the line break and the tab too (\\n, \\t)."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    elif not isinstance(value, str):
+        value = str(value)
+    return printable_block(value).replace("\n", "\\n").replace("\t", "\\t")
 
 
 # Markdown that text from a host must not make: HTML and autolinks (< >), entities (&), links and images ([ ]), code

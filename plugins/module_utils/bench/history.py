@@ -482,11 +482,11 @@ def _below(line, name):
 
 
 def _tick(line):
-    date = line.get('date') or line.get('run_id') or ''
+    date = bench_plot.bench_text(line.get('date') or line.get('run_id') or '')
     match = re.match(r'^(\d{4})-?(\d{2})-?(\d{2})[T ]?(\d{2})?:?(\d{2})?', date)
     when = '%s-%s %s:%s' % (match.group(2), match.group(3), match.group(4) or '00', match.group(5) or '00') \
         if match else date[:11]
-    build = (line.get('vllm_version') or '?')
+    build = bench_plot.bench_text(line.get('vllm_version')) or '?'
     build = build if len(build) <= 14 else build[:13] + '\u2026'
     return '%s\n%s' % (when, build)
 
@@ -572,12 +572,12 @@ def render_trend_png(series, title='vLLM benchmark history'):
                 axis.set_xticklabels([bench_plot._drawn(_tick(runs[run])) for run in order[::step]], fontsize=7.5)
                 axis.set_xlim(-0.5, max(len(order) - 0.5, 0.5))
                 axis.set_ylabel('output tok/s (axis not from 0)')
-                axis.set_title(bench_plot._drawn('%s %s: %s' % (bench_plot._short(key[0], 40), key[1], label)),
-                               fontsize=11, loc='left', fontweight='bold')
+                heading = '%s %s: %s' % (bench_plot._short(key[0], 40), bench_plot._short(key[1], 24), label)
+                axis.set_title(bench_plot._drawn(heading), fontsize=11, loc='left', fontweight='bold')
                 axis.grid(True, color='#dddddd', linewidth=0.8)
                 axis.set_axisbelow(True)
                 axis.legend(loc='lower left', fontsize=8, framealpha=0.9)
-        figure.suptitle(bench_plot._drawn(title), fontsize=14, fontweight='bold')
+        figure.suptitle(bench_plot._drawn(bench_plot.bench_text(title)), fontsize=14, fontweight='bold')
         figure.canvas.draw()
         width, height = figure.canvas.get_width_height()
         picture = mpl['Image'].frombuffer('RGBA', (width, height), bytes(figure.canvas.buffer_rgba()), 'raw', 'RGBA',

@@ -45,6 +45,7 @@ import re
 import textwrap
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block
 
 MAX_HOSTS = 32
 MAX_LEVELS = 32
@@ -103,14 +104,16 @@ def _drawn(value):
 
 
 def bench_text(value):
-    """A value from a host as one line of printable text."""
+    """A value from a host as one line of printable text: control, invisible and bidirectional characters (U+202E,
+    U+200B) and odd bytes as backslash escapes (safetext.printable_block), line breaks, tabs and any other character
+    that prints nothing as spaces."""
     if value is None:
         return ''
     if isinstance(value, bytes):
         value = value.decode('utf-8', 'backslashreplace')
     elif not isinstance(value, str):
         value = str(value)
-    return ''.join(ch if ch.isprintable() else ' ' for ch in value).strip()
+    return ''.join(ch if ch.isprintable() else ' ' for ch in printable_block(value)).strip()
 
 
 def _baseline(entry):

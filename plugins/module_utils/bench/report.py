@@ -39,15 +39,14 @@ import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
-from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import valid_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block, valid_text
 
 SUMMARY_NAME = 'summary.json'
 REPORT_FILES = ('report.md', 'report.png')
-SAFE_NAME = re.compile(r'^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$')
+SAFE_NAME = re.compile(r'^[A-Za-z0-9_+-][A-Za-z0-9._+-]*\Z')
 MAX_FILE_BYTES = 64 * 1024 * 1024
-# line breaks and other control characters (C0, DEL, C1, Unicode line and paragraph separators)
+# line breaks (each run of them is shown as one space; every other control character is escaped)
 _BREAKS = re.compile('[\r\n\t\x0b\x0c\x85\u2028\u2029]+')
-_CONTROL = re.compile('[\x00-\x1f\x7f-\x9f]')
 _MARKDOWN = re.compile(r'([\\`*_\[\]|~])')
 
 
@@ -101,16 +100,16 @@ def text(value):
 
 
 def md_text(value):
-    """VALUE as inline Markdown text: no line breaks, markup, links or HTML, whatever it holds."""
-    value = _BREAKS.sub(' ', text(value))
-    value = _CONTROL.sub(lambda match: '\\x%02x' % ord(match.group()), value)
+    """VALUE as inline Markdown text: no line breaks, markup, links or HTML, whatever it holds; control, invisible
+    and bidirectional characters (U+202E, U+200B) as backslash escapes (safetext.printable_block)."""
+    value = printable_block(_BREAKS.sub(' ', text(value)))
     value = _MARKDOWN.sub(r'\\\1', value)
     return value.replace('&', '&amp;').replace('<', '&lt;').replace('>', '&gt;')
 
 
 def md_code(value):
     """VALUE as an inline code span (outside tables): a fence longer than any run of backticks it holds."""
-    value = _CONTROL.sub(lambda match: '\\x%02x' % ord(match.group()), _BREAKS.sub(' ', text(value)))
+    value = printable_block(_BREAKS.sub(' ', text(value)))
     fence = '`' * (max([len(run) for run in re.findall('`+', value)] + [0]) + 1)
     if value.startswith('`') or value.endswith('`'):
         value = ' %s ' % value

@@ -14,7 +14,7 @@ import json
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import code
-from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, valid_text
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, printable_block, valid_text
 
 COLUMNS = ("host", "status", "build before", "vLLM files before", "build after", "downtime (s)", "dumps removed",
            "config keys removed", "vLLM files after", "1-stream tok/s", "peak tok/s", "benchmark")
@@ -39,8 +39,9 @@ def _escape(match):
 
 
 def one_line(value):
-    """VALUE on one line: control characters (newlines, terminal escapes) as visible escapes, odd bytes escaped."""
-    return _CONTROL.sub(_escape, valid_text(value))
+    """VALUE on one line: control characters (newlines, terminal escapes) as visible escapes, odd bytes escaped, and
+    the invisible and bidirectional characters escaped as safetext.printable_block() does (U+202E, U+200B)."""
+    return printable_block(_CONTROL.sub(_escape, valid_text(value)))
 
 
 def one_line_list(values):
