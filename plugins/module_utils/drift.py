@@ -320,7 +320,7 @@ def read_gpus(expect=None, venvs=(), call_timeout=60):
 HEALTH_LINES = 12
 
 
-def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_root="/proc"):
+def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_root="/proc", required=()):
     """The GPUs' health (gpuhealth.check_bounded) with THRESHOLDS (defaults filled in), the MAIN_PIDS (the units'
     MainPIDs) and their descendants allowed on the GPUs; the same pynvml as read_gpus. Adds ``pynvml_from``; ``problems`` as the
     gpu_health_info module has them (a line per GPU), ``lines`` with GPUs alike on one line (at most HEALTH_LINES)."""
@@ -334,7 +334,7 @@ def read_health(thresholds=None, main_pids=(), venvs=(), call_timeout=60, proc_r
         allowed = set()
         for pid in main_pids or ():
             allowed |= gpuhealth.allowed_pids([], pid, proc_root=proc_root)
-        result = gpuhealth.check_bounded(effective, allowed, call_timeout, pynvml=pynvml)
+        result = gpuhealth.check_bounded(effective, allowed, call_timeout, pynvml=pynvml, required=required)
         result["pynvml_from"] = where
     lines = compact_mismatches(result.get("problems") or [])
     if not result.get("nvml_available"):
@@ -448,7 +448,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
            model_files=None, symlinks="copy", config_policy="auto", dumps=None, unit=None, expect=None,
            nvml_venvs=(), expected_version=None, deadline=None, diffs=None, expected_packages=None,
            expected_fingerprint=None, accept_not_pristine=(), health=None, config_builds=None, config_build=None,
-           unit_dir=None):
+           unit_dir=None, health_required=()):
     """Everything the audit reports for one host; returns the module's result (``row`` plus the details).
 
     ``dumps``: dict of scan_dumps() keyword arguments (paths and patterns
@@ -538,7 +538,7 @@ def gather(run_command, systemctl, link=None, venv=None, dist_name="vllm", max_l
             main_pid = unit_state.get("MainPID") if isinstance(unit_state.get("MainPID"), int) else 0
             # (the unit's processes, and those of the other models' units a switch will stop)
             health_result = read_health(health, [pid for pid in [main_pid] + other_pids if pid > 0], venvs,
-                                        call_timeout=max(0.1, min(60.0, deadline.left())))
+                                        call_timeout=max(0.1, min(60.0, deadline.left())), required=health_required)
             if not health_result.get("nvml_available") and not gpus.get("nvml_available"):
                 # NVML is not usable at all: the row's gpu_problems say it once (drift class gpus)
                 health_result["lines"] = []

@@ -238,6 +238,14 @@ options:
         option of M(gpufleet.vllm.gpu_health_info); a key not given keeps its default.
     type: dict
     default: {}
+  health_required:
+    description:
+      - The fields every GPU must be able to report for O(health), as the
+        O(gpufleet.vllm.gpu_health_info#module:required) option of M(gpufleet.vllm.gpu_health_info) (for example
+        V([ecc, remapped_rows])); a field the card cannot report is otherwise unknown and not judged.
+    type: list
+    elements: str
+    default: []
   wheel_dirs:
     description:
       - Directories on the host that hold wheels, for example the fleet's mirror (the C(fleet) role's C(fleet_wheel_dirs)).
@@ -695,7 +703,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.artifacts import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bounded import READ_TIMEOUT, Deadline, runner
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import gather
-from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import validate_thresholds
+from ansible_collections.gpufleet.vllm.plugins.module_utils.gpuhealth import validate_required, validate_thresholds
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.policy import POLICIES as CONFIG_POLICIES
 from ansible_collections.gpufleet.vllm.plugins.module_utils.sm120.jsonedit import JSONEditError, directory_entries
 from ansible_collections.gpufleet.vllm.plugins.module_utils.nvml import expect_argument_spec, validate_expect
@@ -739,6 +747,7 @@ def main():
             nvml_venvs=dict(type="list", elements="path", default=[]),
             health=dict(type="bool", default=False),
             health_thresholds=dict(type="dict", default={}),
+            health_required=dict(type="list", elements="str", default=[]),
             wheel_dirs=dict(type="list", elements="path", default=[]),
             expected_packages=dict(type="dict"),
             expected_fingerprint=dict(type="str"),
@@ -793,6 +802,7 @@ def main():
     problems.extend(builds_problems(params["config_builds"], name="config_builds"))
     problems.extend("expect: %s" % p for p in validate_expect(params["expect"] or {}))
     problems.extend("health_%s" % p for p in validate_thresholds(params["health_thresholds"] or {}))
+    problems.extend("health_%s" % p for p in validate_required(params["health_required"]))
     if problems:
         module.fail_json(msg="Invalid options for gpufleet.vllm.drift_info: " + " ".join(
             p if p.endswith(".") else p + "." for p in problems), changed=False)
@@ -812,6 +822,7 @@ def main():
             expected_packages=params["expected_packages"], expected_fingerprint=params["expected_fingerprint"],
             accept_not_pristine=params["accept_not_pristine"],
             health=(params["health_thresholds"] or {}) if params["health"] else None,
+            health_required=params["health_required"],
             diffs=dict(wheel_dirs=params["wheel_dirs"], max_files=params["diff_max_files"],
                        max_bytes=params["diff_max_bytes"], max_total=params["diff_max_total"]))
     except Exception as exc:  # pylint: disable=broad-except

@@ -500,6 +500,18 @@ def test_a_thermal_slowdown_can_be_allowed_by_threshold(host):
     assert "health" not in res["row"]["drift"] and res["row"]["health_problems"] == []
 
 
+def test_required_health_fields_the_card_cannot_report_are_health_drift(host):
+    nvml_state.update_state(lambda d: d.update({"default.unsupported": "remapped_rows"}), host.nvml)
+    rc, res = host.run(host.args(health=True))
+    assert rc == 0 and "health" not in res["row"]["drift"], res  # unknown: out of the verdict
+    rc, res = host.run(host.args(health=True, health_required=["ecc", "remapped_rows"]))
+    assert rc == 0 and res["row"]["drift"][-1] == "health", res
+    [line] = res["row"]["health_problems"]
+    assert line.startswith("GPUs 0-7: remapped_rows cannot be read on this card or driver"), line
+    rc, res = host.run(host.args(health=True, health_required=["remaped_rows"]))
+    assert rc == 1 and "health_required has unknown fields 'remaped_rows'" in res["msg"] and "row" not in res
+
+
 def test_health_cannot_be_read_without_nvml_is_gpus_drift_once(host):
     nvml_state.update_state(lambda d: d.update({"init_error": "DRIVER_NOT_LOADED"}), host.nvml)
     rc, res = host.run(host.args(health=True))
