@@ -81,7 +81,7 @@ def run(params, mode):
     except bench_report.HistoryError as exc:
         raise WriterFailed('Cannot keep the benchmark results in %s: %s.' % (path, to_native(exc)))
     if not planned and not os.path.isdir(path):
-        raise WriterFailed('The benchmark run directory %s does not exist on this host: run the benchmark role '
+        raise WriterFailed('The benchmark run directory %s does not exist on the control node: run the benchmark role '
                            'first, or point path at <benchmark_local_results_dir>/<run id>.' % path)
 
     written = []

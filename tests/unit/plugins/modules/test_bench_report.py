@@ -141,6 +141,7 @@ def test_report_fails_clearly_without_the_run(tmp_path, run):
     code, result = run({'path': str(tmp_path / 'missing')})
     assert code == 1 and result['failed'] is True
     assert 'does not exist' in result['msg'] and 'run the benchmark role first' in result['msg']
+    assert 'does not exist on the control node' in result['msg']  # (where the action runs, whatever the task's host)
 
 
 # --------------------------------------------------------------------------- keeping results (the role's records)
