@@ -45,10 +45,10 @@ options:
       min_used_fraction:
         description:
           - Every (selected) GPU must have at least this fraction of its own memory total in use, less
-            O(expect.min_used_tolerance), for example V(0.9) once a model served with vLLM's default
-            C(--gpu-memory-utilization 0.9) is loaded.
+            O(expect.min_used_tolerance), for example V(0.92) once a model served with the default
+            C(--gpu-memory-utilization) of vLLM 0.32 and 0.33 (0.92; 0.9 in older builds) is loaded.
           - "The least is floor(floor(fraction x total) x (1 - tolerance)) MiB of each GPU's NVML total; a mismatch shows
-            the arithmetic: C(expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %, found 12,000 MiB)."
+            the arithmetic: C(expected at least 85,553 MiB = 0.92 x 97,887 MiB - 5 %, found 12,000 MiB)."
           - More than 0 and at most 1. Checked in addition to O(expect.min_used_mib) when both are given.
         type: float
       min_used_tolerance:

@@ -18,8 +18,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.vllm.plugins.module_utils import serving
 
 
-def serving_loaded_expect(argv, environment=None, min_used_mib=None, tolerance=serving.DEFAULT_LOADED_TOLERANCE):
-    """The NVML expectation keys of the GPUs the unit uses, once its model is loaded."""
+def serving_loaded_expect(argv, environment=None, min_used_mib=None, tolerance=serving.DEFAULT_LOADED_TOLERANCE,
+                          default_utilization=None):
+    """The NVML expectation keys of the GPUs the unit uses, once its model is loaded (DEFAULT_UTILIZATION: the
+    serving build's default --gpu-memory-utilization, as serving_check read it on the host, for a command line that
+    does not give it)."""
     if isinstance(argv, str) or not isinstance(argv, (list, tuple)):
         raise AnsibleFilterError("serving_loaded_expect needs the unit's command line as a list of words, got %r"
                                  % (argv,))
@@ -47,6 +50,15 @@ def serving_loaded_expect(argv, environment=None, min_used_mib=None, tolerance=s
         config = serving.serving_config(["" if w is None else str(w) for w in argv], env)
     except serving.ServingConfigError as exc:
         raise AnsibleFilterError("The unit's serving arguments cannot be read: %s" % exc)
+    if default_utilization not in (None, "") and not config["gpu_memory_utilization_given"]:
+        try:
+            default_utilization = float(default_utilization)
+        except (TypeError, ValueError):
+            default_utilization = None
+        problem = serving.utilization_problem("default_utilization", default_utilization)
+        if problem:
+            raise AnsibleFilterError(problem)
+        config["gpu_memory_utilization"] = default_utilization
     return serving.loaded_expect(config, min_used_mib=min_used_mib, tolerance=tolerance)
 
 

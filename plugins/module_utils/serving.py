@@ -11,10 +11,12 @@ many GPUs its parallelism needs (the pre-flight's parallelism check):
 
 * ``--gpu-memory-utilization`` (alias ``--device-memory-utilization``): the
   fraction of EACH GPU's total memory vLLM reserves (weights, activations,
-  CUDA graphs and the KV cache it sizes to fill the rest); 0.9 when not
-  given, 0 < u <= 1 (a build that defaults higher, 0.92 in the vLLM 0.33.0
-  wheel of the bench environment, reserves more than the gate assumes, so
-  it passes all the same);
+  CUDA graphs and the KV cache it sizes to fill the rest), 0 < u <= 1. Not
+  given, the build's own default: 0.92 in vLLM 0.32 and 0.33 (their
+  ``vllm/config/cache.py``), 0.9 in older builds. serving_config alone
+  says 0.9 (DEFAULT_GPU_MEMORY_UTILIZATION); :func:`with_build_default`
+  reads the build's default (:func:`build_default_utilization`: its
+  ``cache.py``, else a table by version, else 0.9 with why);
 * ``--tensor-parallel-size``/``-tp``, ``--pipeline-parallel-size``/``-pp``,
   ``--data-parallel-size``/``-dp`` and ``--data-parallel-size-local``/``-dpl``
   (the data parallel ranks on this host; the whole size by default): this
@@ -47,7 +49,16 @@ import math
 import os
 import re
 
+# The default of builds whose own default could not be read (older vLLM builds used 0.9): see build_default_utilization.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+# vLLM's default --gpu-memory-utilization by release (vllm/config/cache.py), where the build's file cannot be read.
+DEFAULT_UTILIZATION_BY_VERSION = {"0.32": 0.92, "0.33": 0.92}
+# vllm/config/cache.py is about 22 KiB; a larger file is not read.
+MAX_CACHE_PY_BYTES = 512 * 1024
+# the CacheConfig field as vLLM writes it: `gpu_memory_utilization: float = 0.92` or `... = Field(default=0.92, ...)`
+_CACHE_DEFAULT = re.compile(r"^    gpu_memory_utilization: float = (?:Field\(default=)?(0\.[0-9]{1,4}|1\.0|1)[,)\s]",
+                            re.M)
+_DIST_INFO = re.compile(r"^vllm(?:_cpu)?-([0-9][0-9A-Za-z.+!_-]{0,60})\.dist-info\Z")
 # The loaded gate expects this much less than the reserved memory by default:
 # vLLM reserves u x total, but what NVML shows in use right after the load
 # varies with the CUDA graphs captured, the activation peak of the profiling
@@ -227,6 +238,91 @@ def unsure_reason(config):
         return "unsure: --config %s not read (vLLM takes options such as tensor-parallel-size from it)" % ", ".join(
             repr(f) if not f or any(c in f for c in " ,'\"") else f for f in config["config_files"])
     return None
+
+
+def _site_packages(argv0):
+    """The site-packages directories of the venv whose bin/ holds ARGV0 (an absolute path), at most 8 looked at."""
+    if not argv0 or not argv0.startswith("/") or "\n" in argv0:
+        return []
+    root = os.path.dirname(os.path.dirname(argv0))
+    found = []
+    for lib in ("lib", "lib64"):
+        try:
+            names = sorted(os.listdir(os.path.join(root, lib)))[:8]
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, lib, name, "site-packages")
+            if re.match(r"python3\.[0-9]{1,3}\Z", name) and os.path.isdir(path) and \
+                    os.path.realpath(path) not in [os.path.realpath(f) for f in found]:
+                found.append(path)
+    return found
+
+
+def _read_small(path, limit):
+    """The text of the regular file PATH (links followed: a venv's files may be links) when at most LIMIT bytes."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except (IOError, OSError):
+        return None
+    if len(data) > limit:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def build_default_utilization(argv):
+    """The default ``--gpu-memory-utilization`` of the vLLM build the command line ARGV runs: a dict with ``value``
+    and ``source`` (which of these gave it).
+
+    1. the build's own ``vllm/config/cache.py`` (found from ARGV's program,
+       ``<venv>/bin/vllm`` or ``<venv>/bin/python``; at most
+       MAX_CACHE_PY_BYTES read; one line ``gpu_memory_utilization: float =
+       0.92`` or ``= Field(default=0.92, ...)``, no other reading);
+    2. else DEFAULT_UTILIZATION_BY_VERSION for the build's version (its
+       ``vllm-<version>.dist-info``);
+    3. else DEFAULT_GPU_MEMORY_UTILIZATION (0.9), saying why.
+    """
+    program = str(argv[0]) if argv else ""
+    versions = []
+    why = "the program %r is not a path inside a venv's bin/" % program[:200]
+    for site in _site_packages(program):
+        cache = os.path.join(site, "vllm", "config", "cache.py")
+        text = _read_small(cache, MAX_CACHE_PY_BYTES)
+        if text is not None:
+            found = _CACHE_DEFAULT.findall(text)
+            if len(found) == 1:
+                return {"value": float(found[0]), "source": "the build's %s" % cache}
+            why = "%s does not hold one line gpu_memory_utilization: float = <default>" % cache
+        else:
+            why = "%s cannot be read (missing, or larger than %d KiB)" % (cache, MAX_CACHE_PY_BYTES // 1024)
+        try:
+            names = sorted(os.listdir(site))[:20000]
+        except OSError:
+            names = []
+        versions += [m.group(1) for m in (_DIST_INFO.match(n) for n in names) if m]
+    for version in versions:
+        release = ".".join(version.split(".")[:2])
+        if release in DEFAULT_UTILIZATION_BY_VERSION:
+            return {"value": DEFAULT_UTILIZATION_BY_VERSION[release],
+                    "source": "the default of vLLM %s (the build is %s; %s)" % (release, version, why)}
+    return {"value": DEFAULT_GPU_MEMORY_UTILIZATION,
+            "source": "%s, the default of older vLLM builds: the build's own default is not known (%s%s)" % (
+                DEFAULT_GPU_MEMORY_UTILIZATION, why,
+                ("; its version %s is not in the table" % ", ".join(versions)) if versions else "")}
+
+
+def with_build_default(config, argv):
+    """CONFIG (serving_config's dict) with the build's default --gpu-memory-utilization when the command line does not
+    give it, and ``gpu_memory_utilization_source`` saying where the value came from."""
+    config = dict(config)
+    if config.get("gpu_memory_utilization_given"):
+        config["gpu_memory_utilization_source"] = "the command line's --gpu-memory-utilization"
+    else:
+        default = build_default_utilization(argv)
+        config["gpu_memory_utilization"] = default["value"]
+        config["gpu_memory_utilization_source"] = default["source"]
+    return config
 
 
 DEFAULT_PORT = 8000

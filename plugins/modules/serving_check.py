@@ -100,13 +100,22 @@ serving:
   type: dict
   contains:
     gpu_memory_utilization:
-      description: The fraction of each GPU's memory vLLM reserves (0.9 when not given).
+      description:
+        - The fraction of each GPU's memory vLLM reserves. When the command line does not give it, the default of the
+          build the unit runs (C(0.92) in vLLM 0.32 and 0.33), read from that build's C(vllm/config/cache.py) (found
+          from the program of O(argv), C(<venv>/bin/vllm)), else from a table by vLLM version, else C(0.9) (the
+          default of older builds); RV(serving.gpu_memory_utilization_source) says which.
       type: float
-      sample: 0.9
+      sample: 0.92
     gpu_memory_utilization_given:
       description: Whether the command line gives C(--gpu-memory-utilization).
       type: bool
       sample: false
+    gpu_memory_utilization_source:
+      description: Where RV(serving.gpu_memory_utilization) came from (the command line, the build's file, the table
+        by version, or the fallback and why).
+      type: str
+      sample: the build's /opt/vllm/current/lib/python3.12/site-packages/vllm/config/cache.py
     multi_node:
       description: Whether it is a multi-node run (C(--nnodes) above 1, C(--headless)); the fit is then not checked.
       type: bool
@@ -152,7 +161,7 @@ serving:
       type: list
       elements: str
       sample: []
-  sample: {gpu_memory_utilization: 0.9, gpu_memory_utilization_given: false, multi_node: false,
+  sample: {gpu_memory_utilization: 0.92, gpu_memory_utilization_given: false, multi_node: false,
            tensor_parallel_size: 8, pipeline_parallel_size: 1, data_parallel_size: 1, data_parallel_size_local: 1,
            enable_expert_parallel: true, visible_devices: null, world_size: 8, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
 gpu_count:
@@ -217,6 +226,7 @@ def main():
         module.fail_json(msg="The unit's serving arguments cannot be read: %s. Nothing was changed." % exc,
                          changed=False, check_mode=module.check_mode, problems=[str(exc)], notes=[], serving=None,
                          gpu_count=None, experts=None)
+    config = serving.with_build_default(config, params["argv"])
     notes = []
     if serving.unsure_reason(config):
         notes.append(serving.unsure_reason(config))

@@ -166,8 +166,9 @@ options:
       loaded_min_used_fraction:
         description:
           - After ready, every GPU (of O(vram.loaded_gpus)) must use at least this fraction of its own NVML total, less
-            O(vram.loaded_tolerance), for example V(0.9), the server's C(--gpu-memory-utilization) (what vLLM
-            reserves); the failure shows the arithmetic (C(expected at least 83,693 MiB = 0.9 x 97,887 MiB - 5 %)).
+            O(vram.loaded_tolerance), for example V(0.92), the server's C(--gpu-memory-utilization) (what vLLM
+            reserves; 0.92 is the default of vLLM 0.32 and 0.33, 0.9 that of older builds); the failure shows the
+            arithmetic (C(expected at least 85,553 MiB = 0.92 x 97,887 MiB - 5 %)).
           - More than 0 and at most 1.
         type: float
       loaded_tolerance:
@@ -239,8 +240,8 @@ EXAMPLES = r"""
     timeout: 900
     vram:
       count: 8
-      # vLLM's default --gpu-memory-utilization: 0.9 x 97,887 MiB = 88,098 MiB reserved per GPU, 5 % less passes
-      loaded_min_used_fraction: 0.9
+      # vLLM 0.33's default --gpu-memory-utilization: 0.92 x 97,887 MiB = 90,056 MiB reserved per GPU, 5 % less passes
+      loaded_min_used_fraction: 0.92
       loaded_tolerance: 0.05
   vars:
     ansible_python_interpreter: /opt/gpufleet/tools/bin/python
@@ -413,6 +414,15 @@ vram_freed_mib:
   type: list
   elements: int
   sample: [0, 0, 0, 0, 0, 0, 0, 0]
+gpu_memory_utilization_source:
+  description:
+    - With O(serving_from_unit) and O(vram), where the loaded check's share of each GPU's memory came from - the unit's
+      C(--gpu-memory-utilization), else the default of the build it runs, read from that build's
+      C(vllm/config/cache.py) (C(0.92) in vLLM 0.32 and 0.33), else a table by vLLM version, else C(0.9) (the
+      default of older builds) and why.
+  returned: with serving_from_unit and vram
+  type: str
+  sample: the command line's --gpu-memory-utilization
 vram_used_mib:
   description: Memory used per GPU once loaded (empty without O(vram.loaded_min_used_mib) or
     O(vram.loaded_min_used_fraction)); with O(start=false), after the stop (as RV(vram_freed_mib)).
@@ -630,6 +640,7 @@ def main():
                  % (shown(params["stop_others_in"]), exc), failed_step="unit", **untouched)
         stop_units += [other["unit"] for other in found if other["unit"] not in stop_units]
     port, served_model_name, vram = params["port"], params["served_model_name"], params["vram"]
+    utilization_source = None
     host, api_key = params["host"], params["api_key"]
     if params["serving_from_unit"]:
         if params["base_url"]:
@@ -639,7 +650,8 @@ def main():
             props = systemd.show(read_command, systemctl, unit, ("LoadState", "FragmentPath", "DropInPaths"))
             rendered = systemd.read_rendered_file(props.get("FragmentPath"))
             where = serving.endpoint(rendered["argv"], rendered["environment"])
-            config = serving.serving_config(rendered["argv"], rendered["environment"])
+            config = serving.with_build_default(serving.serving_config(rendered["argv"], rendered["environment"]),
+                                                rendered["argv"])
         except (systemd.SystemdError, serving.ServingConfigError) as exc:
             fail(msg="The serving settings of %s cannot be read from its unit (serving_from_unit): %s; nothing was "
                      "stopped." % (unit, exc), failed_step="unit", **untouched)
@@ -656,6 +668,7 @@ def main():
             host = where["host"]
         api_key = where["api_key"] or api_key
         if vram:
+            utilization_source = config["gpu_memory_utilization_source"]
             vram = dict(vram, loaded_min_used_mib=None, loaded_gpus=config["gpus"],
                         loaded_min_used_fraction=config["gpu_memory_utilization"],
                         loaded_tolerance=serving.DEFAULT_LOADED_TOLERANCE if vram.get("loaded_tolerance") is None
@@ -688,6 +701,8 @@ def main():
         module.warn("link_target %s does not exist (yet): in check mode nothing was staged." % params["link_target"])
 
     result = cutover.result
+    if utilization_source:
+        result["gpu_memory_utilization_source"] = utilization_source
     if not params["start"]:
         _stop_only(module, cutover)
     result.update(cutover=True, state="started", check_mode=module.check_mode)
@@ -707,7 +722,11 @@ def main():
     try:
         result = cutover.run()
     except CutoverFailed as exc:
+        if utilization_source:
+            exc.result["gpu_memory_utilization_source"] = utilization_source
         fail(msg=exc.msg, **exc.result)
+    if utilization_source:
+        result["gpu_memory_utilization_source"] = utilization_source
     result.update(cutover=True, state="started", check_mode=False, restarted=bool(result.get("was_active")),
                   ready_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) if result.get("ready") else None)
     phases = result["phases"]
