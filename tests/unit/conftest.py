@@ -28,6 +28,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+# (after HERE is on sys.path) no process a test starts outlives the session: leakcheck.py; and the fake systemd's
+# units a test started are stopped at its end: fakesystemd.py
+from leakcheck import no_process_outlives_the_suite  # noqa: E402,F401 pylint: disable=unused-import,wrong-import-position
+import fakesystemd  # noqa: E402 pylint: disable=wrong-import-position
+
+
+@pytest.fixture(autouse=True)
+def fake_systemd_units_end_with_their_test():
+    """Stop every unit of a fake systemd a test set up (fakesystemd.install) and started, at the test's end, whatever
+    the test's own teardown stopped: a supervisor and its server, its whole process group, bounded."""
+    before = set(fakesystemd.STATE_DIRS)
+    yield
+    for state_dir in sorted(set(fakesystemd.STATE_DIRS) - before):
+        fakesystemd.stop_all(state_dir)
+        fakesystemd.STATE_DIRS.discard(state_dir)
+
 
 @pytest.fixture(scope="session")
 def lib_dir(tmp_path_factory):

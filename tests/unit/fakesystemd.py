@@ -17,6 +17,10 @@ Tests that drive a real server process through a module that calls
 ``start`` runs the argv under a small supervisor (this script, verb
 ``_run``) that records the exit status, so that ``show`` tells a crashed
 server (``failed``) from a stopped one (``inactive``), as systemd does.
+The supervisor leads a process group of its own, with the server in it:
+``stop`` ends the group, and :func:`stop_all` every unit a state directory
+started (tests/unit/conftest.py calls it at the end of each test that
+installed a fake systemd, whatever the test stopped itself).
 """
 
 import json
@@ -25,6 +29,11 @@ import signal
 import subprocess
 import sys
 import time
+
+#: the state directories install() set up in this process (tests/unit/conftest.py stops their units after each test)
+STATE_DIRS = set()
+#: how long a stopped unit's process group may take to go after SIGTERM, before SIGKILL
+STOP_SECONDS = 20
 
 PROPS = ("LoadState", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
          "ExecMainStartTimestampMonotonic", "FragmentPath")
@@ -121,8 +130,74 @@ def stop(unit, timeout=20):
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
         if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+            # (the supervisor and its server: the server must not outlive a supervisor killed under it)
+            _kill_group(pid, signal.SIGKILL)
     return 0
+
+
+def _is_supervisor(pid, unit):
+    """Whether PID is still this script's supervisor of UNIT, leading its process group (not a reused id)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            words = f.read(8192).split(b"\0")
+        return os.getpgid(pid) == pid and b"_run" in words and unit.encode() in words
+    except OSError:
+        return False
+
+
+def _kill_group(pgid, signum):
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        pass
+
+
+def _group_alive(pgid):
+    """Whether a live (not zombie) process is in process group PGID."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def stop_all(state_dir, timeout=STOP_SECONDS):
+    """End every unit STATE_DIR started that still runs: SIGTERM to its supervisor's process group (the server in
+    it), SIGKILL to what is left after TIMEOUT seconds, then wait (bounded) until the groups are gone.
+    Returns the units that were running."""
+    groups = {}
+    try:
+        names = sorted(os.listdir(state_dir))
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".pid"):
+            continue
+        unit = name[:-len(".pid")]
+        try:
+            with open(os.path.join(state_dir, name)) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+        if pid > 0 and _is_supervisor(pid, unit):
+            groups[unit] = pid
+    for pgid in groups.values():
+        _kill_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in groups.values()):
+        time.sleep(0.05)
+    for pgid in groups.values():
+        _kill_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_group_alive(pgid) for pgid in groups.values()):
+        time.sleep(0.05)
+    return sorted(groups)
 
 
 def supervise(unit):
@@ -197,6 +272,7 @@ def install(bindir, state_dir):
     """Write systemctl and journalctl wrappers into BINDIR; return the environment to run under."""
     os.makedirs(bindir, exist_ok=True)
     os.makedirs(state_dir, exist_ok=True)
+    STATE_DIRS.add(os.path.abspath(state_dir))
     for name in ("systemctl", "journalctl"):
         path = os.path.join(bindir, name)
         with open(path, "w") as f:
