@@ -96,6 +96,12 @@ notes:
     playbook's start to its recap; the inventory's warnings before the start and the final error of a failed run
     after the recap are not in the log file.
   - Deprecation warnings follow ansible-core's C(deprecation_warnings) setting.
+  - A failure's message is shown whatever its shape (a loop item that is an empty string, a dict or a number; a
+    message that is a list); control characters and characters that reorder or hide text are shown as escapes
+    (C(\\x1b), C(\\u202e)), and a message longer than 200 lines or 64 KiB is cut on the terminal (the log has it
+    whole).
+  - An error of the callback's own never stops the run or hides a failure. It prints what ansible-core sent (the
+    raw result) with a note, passes the event on to the log, and still counts the host's failure in its phase.
 """
 
 EXAMPLES = r"""
@@ -116,9 +122,11 @@ EXAMPLES = r"""
 """
 
 import datetime
+import functools
 import os
 import shutil
 import time
+import traceback
 
 import yaml
 
@@ -133,8 +141,15 @@ try:
 except ImportError:  # another ansible-core than the one the collection pins
     _format_summary = None
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block
+
 MIB = 1024 * 1024
 PHASE_WIDTH = 28
+# a failure's message on the terminal: at most this many lines and characters (the log has it whole)
+MSG_LINES = 200
+MSG_CHARS = 64 * 1024
+# the raw result printed when the callback itself could not show an event
+RAW_CHARS = 4000
 
 
 def _summary_text(summary):
@@ -157,15 +172,52 @@ def _truthy(value):
 
 
 def _text(value):
-    """A value as the text an operator reads: strings as they are, lists one item a line, the rest as YAML."""
+    """A value as the text an operator reads: strings as they are, lists one item a line, the rest as YAML.
+
+    Control characters and the characters that reorder or hide text (a terminal escape, a carriage return, U+202E,
+    U+200B) are shown as escapes (safetext.printable_block): what a host sent cannot rewrite the terminal's lines.
+    Never raises: a value YAML cannot show is shown as its repr().
+    """
     if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
-        return "\n".join(value)
+        text = value
+    elif isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
+        text = "\n".join(value)
+    else:
+        try:
+            text = yaml.safe_dump(value, default_flow_style=False, allow_unicode=True, sort_keys=False).rstrip("\n")
+            if text.endswith("\n..."):
+                text = text[:-4].rstrip("\n")  # a plain scalar: YAML's end-of-document marker is not the value's
+        except Exception:  # pylint: disable=broad-except
+            text = _raw(value)
+    return printable_block(text)
+
+
+def _raw(value, limit=RAW_CHARS):
+    """repr(VALUE), cut to about LIMIT characters; never raises."""
     try:
-        return yaml.safe_dump(value, default_flow_style=False, allow_unicode=True, sort_keys=False).rstrip("\n")
-    except yaml.YAMLError:
-        return str(value)
+        text = repr(value)
+    except Exception as exc:  # pylint: disable=broad-except
+        text = "<a %s that cannot be shown: %s>" % (type(value).__name__, type(exc).__name__)
+    return text if len(text) <= limit else text[:limit] + "... (%d characters more)" % (len(text) - limit)
+
+
+def _first_line(value, limit=200):
+    """The first line of VALUE as text (an item's label): '' for an empty one, cut to about LIMIT characters."""
+    lines = _text(value).splitlines()
+    first = lines[0] if lines else ""
+    return first if len(first) <= limit else first[:limit] + "..."
+
+
+def _bounded(text, lines=MSG_LINES, chars=MSG_CHARS):
+    """TEXT cut to its first LINES lines and CHARS characters, with a note saying so (the log has it whole)."""
+    cut = text[:chars]
+    all_lines = cut.splitlines()
+    if len(all_lines) > lines:
+        cut = "\n".join(all_lines[:lines])
+    if len(cut) < len(text):
+        total = text.count("\n") + 1
+        cut += "\n... (cut here: %d lines, %d characters in all; the log has the whole message)" % (total, len(text))
+    return cut
 
 
 def _indent(text, prefix="    "):
@@ -174,12 +226,16 @@ def _indent(text, prefix="    "):
 
 def _tail(text, lines):
     if isinstance(text, (list, tuple)):
-        text = "\n".join(str(item) for item in text)
-    text = str(text).rstrip("\n")
-    all_lines = text.splitlines()
-    if len(all_lines) <= lines:
-        return text, len(all_lines), False
-    return "\n".join(all_lines[-lines:]), len(all_lines), True
+        text = "\n".join(item if isinstance(item, str) else _raw(item) for item in text)
+    elif not isinstance(text, str):
+        text = _raw(text)
+    text = text.rstrip("\n")
+    count = len(text.splitlines())
+    # the last lines of at most the last MSG_CHARS characters (a single line of a gigabyte is cut, not shown whole)
+    all_lines = printable_block(text[-MSG_CHARS:]).splitlines()
+    if count <= lines and len(text) <= MSG_CHARS:
+        return "\n".join(all_lines), count, False
+    return "\n".join(all_lines[-lines:]), count, True
 
 
 def _seconds(value):
@@ -244,6 +300,14 @@ class _LogFile:
     def write(self, text):
         if self._handle is None or self.truncated:
             return
+        try:
+            self._write(text)
+        except (OSError, ValueError) as exc:
+            # a full disk, a file system gone: the run goes on, the terminal says at the end that the log stopped
+            self.error = "the log %s stopped being written: %s" % (self.path, getattr(exc, "strerror", None) or exc)
+            self.truncated = True
+
+    def _write(self, text):
         data = text.encode("utf-8", errors="replace")
         if self.written + len(data) > self.max_size:
             room = max(0, self.max_size - self.written)
@@ -273,7 +337,12 @@ class _LogFile:
         else:
             self.path = target
             self._remove_created(old_dir)
-        self._handle = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
+        try:
+            self._handle = open(self.path, "a", encoding="utf-8", errors="replace", buffering=1)
+        except OSError as exc:
+            self._handle = None
+            self.error = "the log %s could not be opened again (%s): the rest of the run is not in it" % (
+                self.path, exc.strerror or exc)
 
     def close(self):
         if self._handle is not None:
@@ -435,6 +504,30 @@ def _rescue_of(task):
     return None
 
 
+def _guarded(method):
+    """The event METHOD, made never to raise: an error of the callback's own is said on the terminal and in the log,
+    with what ansible-core sent (the raw result), and the event still reaches the log's default callback."""
+    @functools.wraps(method)
+    def event(self, *args, **kwargs):
+        self._forwarded = False
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as exc:  # pylint: disable=broad-except
+            self._event_failed(method.__name__, exc, args, kwargs)
+        return None
+    return event
+
+
+def _guard_events(cls):
+    """Every v2_ event method CLS defines guarded (_guarded). Only its own: ansible-core sends an event to a callback
+    only when the callback defines its method (CallbackBase's own, inherited, are left as they are)."""
+    for name, value in list(vars(cls).items()):
+        if name.startswith("v2_") and callable(value):
+            setattr(cls, name, _guarded(value))
+    return cls
+
+
+@_guard_events
 class CallbackModule(CallbackBase):
     """Phases on the terminal, ansible-core's default output in a log file."""
 
@@ -457,6 +550,7 @@ class CallbackModule(CallbackBase):
         self._would = {}           # host -> the changes it reported in check mode (the recap's "would change")
         self._own_line = False
         self._untee = None
+        self._forwarded = False    # whether the current event reached the log's default callback
 
     # -- the log file and the default callback that writes it --------------------------------------------------
 
@@ -502,6 +596,7 @@ class CallbackModule(CallbackBase):
         self._untee = untee
 
     def _forward(self, method, *args, **kwargs):
+        self._forwarded = True
         if self._full is None:
             return
         self._full._current_task_result = self._current_task_result
@@ -521,6 +616,28 @@ class CallbackModule(CallbackBase):
         if self._log.error:
             self._line("[WARNING]: %s" % self._log.error, color=C.COLOR_WARN)
             self._log.error = None
+
+    def _event_failed(self, name, exc, args, kwargs):
+        """The callback could not show event NAME: say so, print what ansible-core sent as it is, log the traceback,
+        and pass the event on to the log's default callback if it did not get it. Never raises."""
+        try:
+            self._line("[gpufleet.vllm.phases] could not show this event (%s: %s: %s); what ansible-core sent follows, "
+                       "as it is" % (name, type(exc).__name__, printable_block(_raw(str(exc), 200))), color=C.COLOR_WARN)
+            for arg in args:
+                raw = getattr(arg, "_result", arg)
+                host = getattr(getattr(arg, "_host", None), "name", None)
+                task = getattr(getattr(arg, "_task", None), "name", None)
+                where = " | ".join(str(part) for part in (host, task) if part)
+                self._line("  %s%s" % (where + ": " if where else "", printable_block(_raw(raw))), color=C.COLOR_WARN)
+            if self._log is not None:
+                self._log.write("[gpufleet.vllm.phases] the error of the event %s:\n%s" % (name, traceback.format_exc()))
+        except Exception:  # pylint: disable=broad-except
+            pass
+        if not self._forwarded:
+            try:
+                self._forward(name, *args, **kwargs)
+            except Exception:  # pylint: disable=broad-except
+                pass
 
     # -- the terminal -------------------------------------------------------------------------------------------
 
@@ -606,34 +723,41 @@ class CallbackModule(CallbackBase):
                        color=C.COLOR_DEPRECATE)
 
     def _detail(self, res, prefix="  "):
-        """The lines that say why a task failed: msg, rc, the tails of stderr, stdout and module_stderr."""
+        """The lines that say why a task failed: msg, rc, the tails of stderr, stdout and module_stderr.
+
+        RES may be of any shape (a loop item's result need not be a dict): what is not a dict is its message."""
         lines = []
         tail_lines = self.get_option("tail_lines")
+        if not isinstance(res, dict):
+            res = {"msg": res}
         msg = res.get("msg")
-        if msg not in (None, ""):
-            text = _text(msg)
+        if not (msg is None or (isinstance(msg, str) and msg == "")):
+            text = _bounded(_text(msg))
             if "\n" in text:
                 lines.append("%smsg:" % prefix)
                 lines.append(_indent(text, prefix + "  "))
             else:
                 lines.append("%smsg: %s" % (prefix, text))
-        if res.get("rc") not in (None, 0) or ("rc" in res and "cmd" in res):
-            lines.append("%src: %s" % (prefix, res.get("rc")))
+        rc = res.get("rc")
+        if not (rc is None or (isinstance(rc, int) and rc == 0)) or ("rc" in res and "cmd" in res):
+            lines.append("%src: %s" % (prefix, _first_line(rc)))
         for key in ("stderr", "stdout", "module_stderr", "module_stdout"):
             value = res.get(key)
-            if value in (None, "", []):
+            if value is None or (isinstance(value, (str, list)) and not value):
                 continue
             text, count, cut = _tail(value, tail_lines)
             if not text.strip():
                 continue
-            label = "%s (last %d of %d lines)" % (key, tail_lines, count) if cut else key
+            if cut and count <= tail_lines:
+                label = "%s (its last %d characters)" % (key, MSG_CHARS)
+            else:
+                label = "%s (last %d of %d lines)" % (key, tail_lines, count) if cut else key
             lines.append("%s%s:" % (prefix, label))
             lines.append(_indent(text, prefix + "  | "))
         return lines
 
-    def _print_failure(self, result, ignore_errors=False):
-        res = result.result
-        rescue = None if ignore_errors else _rescue_of(result.task)
+    def _print_failure(self, result, ignore_errors=False, rescue=None):
+        res = result.result if isinstance(result.result, dict) else {"msg": result.result}
         if ignore_errors:
             head, color = "FAILED (ignored)", C.COLOR_WARN
         elif rescue:
@@ -647,7 +771,13 @@ class CallbackModule(CallbackBase):
             failed_items = [item for item in items if isinstance(item, dict) and item.get("failed")]
             for item in failed_items[:20]:
                 label = item.get("_ansible_item_label", item.get("item"))
-                lines.append("  item %s:" % _text(label).splitlines()[0] if label is not None else "  item:")
+                if label is None:
+                    lines.append("  item:")
+                else:
+                    # an item may be anything: an empty string, a dict, a number
+                    shown = _first_line(label)
+                    lines.append("  item %s:" % (shown if shown.strip() else "%s (%s)" % (
+                        _raw(label, 40), "empty" if not shown else "blank")))
                 lines.extend(self._detail(item, prefix="    "))
             if len(failed_items) > 20:
                 lines.append("  ... and %d more failed items (in the log)" % (len(failed_items) - 20))
@@ -665,7 +795,8 @@ class CallbackModule(CallbackBase):
         res = result.result
         if "msg" in res:
             value = res["msg"]
-        elif task.action in C._ACTION_DEBUG and isinstance(task.args, dict) and task.args.get("var") in res:
+        elif (task.action in C._ACTION_DEBUG and isinstance(task.args, dict) and isinstance(task.args.get("var"), str)
+              and task.args["var"] in res):
             value = res[task.args["var"]]
         else:
             value = {key: val for key, val in res.items() if not key.startswith("_") and key not in ("changed", "failed")}
@@ -746,8 +877,16 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         phase = self._phase_for(result)
-        self._warnings(result, loop_done=True)
-        rescue = self._print_failure(result, ignore_errors=ignore_errors)
+        rescue = None if ignore_errors else _rescue_of(result.task)
+        try:
+            self._warnings(result, loop_done=True)
+            self._print_failure(result, ignore_errors=ignore_errors, rescue=rescue)
+        finally:
+            self._count_failure(result, phase, ignore_errors, rescue)
+        self._forward("v2_runner_on_failed", result, ignore_errors=ignore_errors)
+
+    def _count_failure(self, result, phase, ignore_errors, rescue):
+        """The failure counted in the host's phase, whatever printing it did (the phase line never says "skipped")."""
         if ignore_errors:
             # ansible-core counts an ignored failure as ok, and as changed when it changed something
             phase.ignored += 1
@@ -757,7 +896,6 @@ class CallbackModule(CallbackBase):
             phase.rescued += 1
         else:
             phase.failed += 1
-        self._forward("v2_runner_on_failed", result, ignore_errors=ignore_errors)
 
     def _count_change(self, result, phase):
         """A change, or in check mode a change that would be made: counted apart, for the phase and the recap."""
