@@ -456,3 +456,78 @@ def test_hash_mismatch_reads_uvs_expected_and_computed_digests():
     assert lf.hash_mismatch(said) == {"name": "vllm", "version": "0.33.0", "expected": [a, b], "computed": [c]}
     assert lf.hash_mismatch("error: Failed to fetch `vllm==0.33.0`\n  Caused by: Connection refused\n") is None
     assert lf.hash_mismatch(None) is None
+
+
+# --- the bounds at their edge, and the branches no other test takes (each would let a changed comparison pass) --
+
+def test_a_pin_with_exactly_the_most_hashes_is_read_and_duplicates_count_once():
+    hashes = ["--hash=sha256:%064x" % i for i in range(lf.MAX_HASHES)]
+    body = "vllm==0.33.0 \\\n" + "".join("    %s \\\n" % h for h in hashes) + "    %s\n" % hashes[0]
+    parsed = lf.parse_lock(good_lock(body=body))
+    assert len(parsed["packages"]["vllm"]["hashes"]) == lf.MAX_HASHES
+    assert parsed["packages"]["vllm"]["hashes"][:2] == ["sha256:%064x" % 0, "sha256:%064x" % 1]  # (in order)
+
+
+def test_exactly_the_most_pins_are_read_and_one_more_is_refused():
+    body = "".join("p%05d==1.0 --hash=sha256:%s\n" % (i, H1) for i in range(lf.MAX_PACKAGES - 1))
+    body += "vllm==0.33.0 --hash=sha256:%s\n" % H1
+    assert len(lf.parse_lock(good_lock(body=body))["packages"]) == lf.MAX_PACKAGES
+    with pytest.raises(lf.LockError, match=r"line %d: more than %d pins\." % (10 + lf.MAX_PACKAGES, lf.MAX_PACKAGES)):
+        lf.parse_lock(insert_line(good_lock(body=body), 10 + lf.MAX_PACKAGES, "extra==1.0 --hash=sha256:%s" % H1))
+
+
+def test_a_line_of_exactly_the_most_characters_is_read():
+    assert lf.parse_lock(GOOD + "# " + "x" * (lf.MAX_LINE - 2) + "\n")["package"]["version"] == "0.33.0"
+
+
+def test_a_lock_of_exactly_the_most_bytes_is_read_as_text_and_as_bytes():
+    filler = lf.MAX_BYTES - len(GOOD.encode("utf-8"))
+    line = "# " + "x" * 4000 + "\n"
+    text = GOOD + line * (filler // len(line)) + "#" * (filler % len(line) - 1) + "\n"
+    assert len(text.encode("utf-8")) == lf.MAX_BYTES
+    assert lf.parse_lock(text)["package"]["version"] == "0.33.0"
+    assert lf.parse_lock(text.encode("utf-8"))["package"]["version"] == "0.33.0"
+    with pytest.raises(lf.LockError, match="is %d bytes, more than the 4 MiB" % (lf.MAX_BYTES + 1)):
+        lf.parse_lock((text + "\n").encode("utf-8"))
+
+
+def test_text_that_cannot_be_utf8_and_what_is_not_text_are_refused():
+    with pytest.raises(lf.LockError, match="cannot be written as UTF-8"):
+        lf.parse_lock(GOOD.replace("# via vllm", "# via \udc80"))
+    with pytest.raises(lf.LockError, match=r"the lock is not text \(a list\)"):
+        lf.parse_lock([GOOD])
+    with pytest.raises(lf.LockError, match="line 11: is not UTF-8 text"):
+        lf.parse_lock(GOOD.encode("utf-8").replace(b"--hash", b"--h\xffsh", 1))
+
+
+def test_a_header_like_line_the_collection_does_not_write_is_named():
+    with pytest.raises(lf.LockError, match="line 3: '# Python Version: 3.12' is not a header line this collection "
+                                           "writes"):
+        lf.parse_lock(insert_line(GOOD, 3, "# Python Version: 3.12"))
+
+
+def test_the_header_package_must_be_the_pinned_version():
+    text = GOOD.replace("# package: vllm==0.33.0", "# package: vllm==0.32.0")
+    with pytest.raises(lf.LockError, match="the header names vllm==0.32.0 but the pin is vllm==0.33.0"):
+        lf.parse_lock(text)
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--reinstall-package=lark"], ["lark"]),
+    (["--reinstall-package", "LARK"], ["lark"]),
+    (["--reinstall-package"], []),                # (no name after it)
+    (["--reinstall-package=not a name"], []),
+    (["--reinstall"], ["lark", "nvidia-ml-py", "vllm"]),
+])
+def test_fetch_names_reads_each_form_of_uvs_reinstall_options(args, names):
+    assert lf.fetch_names(lf.parse_lock(GOOD), reinstall=args) == names
+
+
+@pytest.mark.parametrize("platform, glibc, fits", [
+    ("x86_64-manylinux_2_36", "2.36", True), ("x86_64-manylinux_2_36", "2.35", False),
+    ("x86_64-manylinux_2_36", "2.37", True), ("x86_64-manylinux_2_36", "3.0", True),
+    ("x86_64-manylinux2014", "2.17", True), ("x86_64-manylinux2014", "2.16", False),
+])
+def test_the_glibc_level_fits_at_its_edge(platform, glibc, fits):
+    problems = lf.check_target({"python_version": "3.12", "python_platform": platform}, "3.12.3", "x86_64", glibc)
+    assert (problems == []) is fits, problems
