@@ -98,7 +98,7 @@ notes:
   - Deprecation warnings follow ansible-core's C(deprecation_warnings) setting.
   - A failure's message is shown whatever its shape (a loop item that is an empty string, a dict or a number; a
     message that is a list); control characters and characters that reorder or hide text are shown as escapes
-    (C(\\x1b), C(\\u202e)), and a message longer than 200 lines or 64 KiB is cut on the terminal (the log has it
+    (C(\x1b), C(\u202e)), and a message longer than 200 lines or 64 KiB is cut on the terminal (the log has it
     whole).
   - An error of the callback's own never stops the run or hides a failure. It prints what ansible-core sent (the
     raw result) with a note, passes the event on to the log, and still counts the host's failure in its phase.
