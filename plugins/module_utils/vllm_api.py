@@ -382,7 +382,8 @@ class _SameOriginRedirectHandler(urllib.request.HTTPRedirectHandler):
 def read_capped(response, limit, what):
     """The body of RESPONSE, at most LIMIT bytes; VllmApiError (kind ``too_large``) beyond it."""
     length = response.getheader("Content-Length") if hasattr(response, "getheader") else None
-    if length and length.strip().isdigit() and int(length) > limit:
+    # (only plain ASCII digits: str.isdigit() also takes a superscript two, which int() refuses)
+    if length and re.match(r"[0-9]{1,40}\Z", length.strip()) and int(length) > limit:
         raise VllmApiError("the answer of %s announces %s bytes, more than the cap of %d bytes "
                            "(max_response_bytes); it was not read" % (what, length.strip(), limit), kind="too_large")
     chunks = []
