@@ -46,6 +46,7 @@ returned as ``memory_reserved_mib``), else v1 (``used`` includes it,
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import ctypes
 import re
 import sys
 import threading
@@ -370,8 +371,32 @@ def _memory(pynvml, handle):
     return (mem.total // MIB, mem.used // MIB, mem.free // MIB, None, "v1")
 
 
+def _too_many_processes(count):
+    return ValueError("NVML lists %d compute processes on one GPU, more than any GPU runs (at most %d are believed): "
+                      "the answer is broken" % (count, MAX_PROCESSES))
+
+
+def _process_count(pynvml, fname, handle):
+    """The count of FNAME's size query (its first call, as pynvml makes it), or None where it cannot be asked apart.
+
+    pynvml allocates twice that count of entries before it reads the list, so a broken count is refused here, before
+    pynvml is called (its _nvmlGetFunctionPointer is the library's own symbol lookup; a pynvml without it is not
+    asked apart)."""
+    lookup = getattr(pynvml, "_nvmlGetFunctionPointer", None)
+    if lookup is None:
+        return None
+    try:
+        fn = lookup(fname)
+    except pynvml.NVMLError:
+        return None  # (the pynvml call says the same, with its own error)
+    count = ctypes.c_uint(0)
+    fn(handle, ctypes.pointer(count), None)
+    return count.value
+
+
 def _compute_processes(pynvml, handle):
-    """List of (pid, used bytes or None), or None when the driver cannot list them."""
+    """List of (pid, used bytes or None), or None when the driver cannot list them; ValueError for a count no GPU
+    has (MAX_PROCESSES)."""
     not_found = _error_value(pynvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13)
     not_supported = _error_value(pynvml, "NVML_ERROR_NOT_SUPPORTED", 3)
     for fname in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
@@ -379,6 +404,9 @@ def _compute_processes(pynvml, handle):
         if fn is None:
             continue
         try:
+            count = _process_count(pynvml, fname, handle)
+            if count is not None and count > MAX_PROCESSES:
+                raise _too_many_processes(count)
             procs = fn(handle)
         except pynvml.NVMLError as exc:
             value = getattr(exc, "value", None)
@@ -388,8 +416,7 @@ def _compute_processes(pynvml, handle):
                 return None
             raise
         if len(procs) > MAX_PROCESSES:
-            raise ValueError("NVML lists %d compute processes on one GPU, more than any GPU runs (at most %d are "
-                             "believed): the answer is broken" % (len(procs), MAX_PROCESSES))
+            raise _too_many_processes(len(procs))
         return [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in procs]
     return None
 

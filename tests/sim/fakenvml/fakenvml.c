@@ -214,6 +214,7 @@ typedef struct {
     /* clocks_event_reasons_seq: the n-th reading of this process answers the n-th mask (the last one repeated) */
     unsigned long long clock_seq[MAX_CLOCK_SEQ];
     int clock_seq_n;
+    unsigned int reported_procs; /* the count a size query of the compute processes answers (0: the real one) */
     int nprocs;
     proc_t procs[MAX_PROCS];
 } gpu_t;
@@ -554,6 +555,8 @@ static void set_gpu_key(gpu_t *g, const char *key, const char *value)
         g->unsupported = parse_fields(value);
     else if (strcmp(key, "clocks_event_reasons_seq") == 0)
         parse_clock_seq(g, value);
+    else if (strcmp(key, "reported_procs") == 0)
+        g->reported_procs = parse_uint(value, g->reported_procs);
 }
 
 static void apply_lines(state_t *st, const char *text, int pass)
@@ -1237,7 +1240,11 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int *infoCou
     }
     if (compute)
         live_procs(g, procs, &n);
-    if (*infoCount < (unsigned int)n || (n > 0 && !infos)) {
+    if (compute && g->reported_procs && !infos) {
+        /* a broken size query: this many processes, then the real list */
+        *infoCount = g->reported_procs;
+        rc = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else if (*infoCount < (unsigned int)n || (n > 0 && !infos)) {
         *infoCount = (unsigned int)n;
         rc = NVML_ERROR_INSUFFICIENT_SIZE;
     } else {

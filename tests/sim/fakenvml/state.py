@@ -61,6 +61,9 @@ Per-GPU keys (``i`` from 0 to gpu_count-1) override the defaults::
                                    compute processes; an entry whose PID is
                                    not alive is ignored (as the driver frees
                                    a dead process's memory)
+    gpu.<i>.reported_procs=N       the count the size query of the compute
+                                   processes answers (a broken count; the
+                                   list itself stays the real one)
 
 Health keys, per GPU (``gpu.<i>.KEY``) or for all (``default.KEY``); the
 defaults are a healthy, idle RTX PRO 6000 Blackwell Server Edition::

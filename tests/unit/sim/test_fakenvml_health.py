@@ -228,3 +228,17 @@ def test_clocks_event_reasons_seq_answers_in_turn(lib_dir, state_file):
     """)
     # (a bad item ends the list: GPU 2's is 0x4 alone)
     assert out == {"gpu3": [0x88, 0, 4, 4, 4], "gpu2": [4, 4], "gpu0": 1}
+
+
+def test_reported_procs_answers_the_size_query(lib_dir, state_file):
+    set_state(state_file, gpu__3__reported_procs=100000)
+    out = probe(lib_dir, state_file, """
+        import ctypes
+        fn = n._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")
+        for i in (3, 2):
+            count = ctypes.c_uint(0)
+            out["gpu%d" % i] = [fn(n.nvmlDeviceGetHandleByIndex(i), ctypes.byref(count), None), count.value]
+        out["listed"] = len(n.nvmlDeviceGetComputeRunningProcesses_v3(n.nvmlDeviceGetHandleByIndex(3)))
+    """)
+    # (NVML_SUCCESS with 0: no process; the list itself is the real one)
+    assert out == {"gpu3": [7, 100000], "gpu2": [0, 0], "listed": 0}

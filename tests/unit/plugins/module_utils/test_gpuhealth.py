@@ -389,6 +389,34 @@ def test_a_process_list_no_gpu_has_is_the_gpus_error():
     assert "NVML lists 4097 compute processes on one GPU" in result["problems"][0]
 
 
+def test_a_broken_process_count_is_refused_before_pynvml_allocates_for_it():
+    # pynvml's list call allocates twice the count of its size query: that count is asked apart and bounded first
+    asked, listed = [], []
+
+    def size_query(handle, count, infos):
+        asked.append(infos)
+        count.contents.value = 2 ** 31
+        return 7  # NVML_ERROR_INSUFFICIENT_SIZE
+
+    stub = CountingStub(1, nvmlDeviceGetComputeRunningProcesses_v3=lambda handle: listed.append(handle) or [])
+    stub._nvmlGetFunctionPointer = lambda name: size_query
+    result = gpuhealth.check(DEFAULTS, set(), pynvml=stub)
+    assert asked == [None] and listed == []
+    assert result["gpus"][0]["error"]["name"] == "NVML_UNEXPECTED"
+    assert "NVML lists 2147483648 compute processes on one GPU" in result["problems"][0]
+    # a count within the bound: pynvml lists them
+    stub._nvmlGetFunctionPointer = lambda name: lambda handle, count, infos: 0
+    assert gpuhealth.check(DEFAULTS, set(), pynvml=stub)["healthy"] is True and listed == [0]
+
+
+def test_a_pynvml_that_cannot_look_the_call_up_lists_as_before():
+    def lookup(name):
+        raise StubError(13)
+    stub = CountingStub(1)
+    stub._nvmlGetFunctionPointer = lookup
+    assert gpuhealth.check(DEFAULTS, set(), pynvml=stub)["gpus"][0]["processes"] == []
+
+
 def test_the_expected_gpu_count():
     stub = CountingStub(1)
     result = gpuhealth.check(DEFAULTS, set(), pynvml=stub, expected_count=2)

@@ -435,6 +435,15 @@ def test_an_absurd_gpu_count_is_refused_naming_it(lib_dir, state_file):
     assert "NVML_TIMEOUT" not in res["msg"]
 
 
+def test_a_broken_process_count_is_the_gpus_error(lib_dir, state_file):
+    set_state(state_file, gpu__3__reported_procs=100000)
+    rc, res = run_module({}, state_file, lib_dir)
+    assert rc == 1 and res["summary"] == "1 of 8 GPUs unhealthy (GPU 3)"
+    assert res["gpus"][3]["error"]["name"] == "NVML_UNEXPECTED"
+    assert "NVML lists 100000 compute processes on one GPU, more than any GPU runs (at most 4096 are believed)" in \
+        res["problems"][0]
+
+
 def test_a_momentary_clock_event_reason_is_not_counted(lib_dir, state_file):
     # a power brake in one reading of five (under load, before the drain): a note, not a skipped host
     window = {"thresholds": {"clock_sample_interval_ms": 50}}

@@ -316,6 +316,13 @@ def test_an_absurd_gpu_count_is_refused_naming_it(lib_dir, state_file):
     assert "NVML_TIMEOUT" not in res["msg"]
 
 
+def test_a_broken_process_count_is_the_gpus_error(lib_dir, state_file):
+    set_state(state_file, gpu__5__reported_procs=100000)
+    rc, res = run_module({"expect": {"no_processes": True}}, state_file, lib_dir)
+    assert rc == 1 and res["nvml_error"]["name"] == "NVML_UNEXPECTED" and res["nvml_error"]["gpu_index"] == 5
+    assert "NVML lists 100000 compute processes on one GPU" in res["msg"]
+
+
 def test_lost_gpu_outside_the_subset_still_fails(lib_dir, state_file):
     set_state(state_file, gpu__7__lost=1)
     rc, res = run_module({"expect": {"gpus": [0], "max_used_mib": 1024}}, state_file, lib_dir)
