@@ -162,6 +162,39 @@ options:
     description: KiB kept of the end of the stdout and of the stderr of each command (for RV(failure) and C(c<level>.log)).
     type: int
     default: 64
+  crosscheck:
+    description:
+      - Cross-check the client's figures of each level with the server's own. The server's C(/metrics)
+        (O(metrics_url)) is read before and after each level; what it counted in between (C(vllm:generation_tokens),
+        C(vllm:request_success), the sums of C(vllm:e2e_request_latency_seconds) and of the time per output token,
+        C(vllm:request_time_per_output_token_seconds), C(vllm:time_per_output_token_seconds) or
+        C(vllm:inter_token_latency_seconds)) gives the rate at which the server generated the level's tokens.
+      - A client that read less than C(1 - crosscheck_tolerance) of that rate, or saw a time per output token longer
+        by more than the tolerance, was starved (a busy machine), and the level is measured again, up to
+        O(crosscheck_retries) times, and its row says so in C(crosscheck) (status C(client_starved)); the
+        M(gpufleet.vllm.benchmark) role's gate then calls a shortfall of that level inconclusive, not a regression.
+      - Where the server has no such metrics (or other traffic reached it during the level), C(crosscheck) says the
+        cross-check was not possible (status C(unavailable), with the reason).
+      - The metrics are parsed with C(prometheus_client), from the module's Python or from the environment of
+        O(executable) (vLLM depends on it).
+    type: bool
+    default: true
+  crosscheck_tolerance:
+    description:
+      - How far the client's rate may fall below the server's (a fraction, V(0.10) = 10 %) before the client counts as
+        starved.
+    type: float
+    default: 0.10
+  crosscheck_retries:
+    description:
+      - How many times a level whose client was starved is measured again (0 to 2). Each run keeps its own result
+        file, C(c<level>.retry<N>.json); the level's row is the last run's, the earlier ones listed in its
+        C(attempts).
+    type: int
+    default: 1
+  metrics_url:
+    description: The server's metrics page for the cross-check. Default O(base_url) with C(/metrics).
+    type: str
 extends_documentation_fragment:
   - gpufleet.vllm.attributes
   - ansible.builtin.action_common_attributes
@@ -256,7 +289,12 @@ levels:
       description: Path of the result file on the host.
       type: str
     row:
-      description: The figures of the result (see the gpufleet.vllm.bench_parse filter), or null.
+      description:
+        - The figures of the result (see the gpufleet.vllm.bench_parse filter), or null.
+        - With O(crosscheck), C(row.crosscheck) holds the cross-check with the server's own metrics - status
+          (C(agree), C(client_starved) or C(unavailable)), reason (a sentence), client_tok_s, server_tok_s,
+          client_tpot_ms, server_tpot_ms, ratio, server_requests, server_tokens, tolerance - and, for a level
+          measured again, C(row.attempts) lists the earlier runs (result_file, output_tok_s, crosscheck).
       type: dict
     ok:
       description: The level completed every request.
@@ -336,13 +374,19 @@ server:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import baseline as bench_baseline
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import crosscheck as bench_crosscheck
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import sweep as bench_sweep
 from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_api
+from ansible_collections.gpufleet.vllm.plugins.module_utils import vllm_metrics
+from ansible_collections.gpufleet.vllm.plugins.module_utils.hostlib import site_dirs_of
+
+MAX_RETRIES = 2
 
 MAX_RESULT_BYTES = 8 * 1024 * 1024
 
@@ -353,6 +397,80 @@ def check_server(params, once):
                                  interval=2.0, completion=False, once=once or params['ready_timeout'] <= 0)
     return {'ready': bool(result.get('ready')), 'models': result.get('models') or [],
             'version': result.get('version'), 'msg': result.get('msg') or ''}
+
+
+def make_crosscheck(params, metrics_url):
+    """(read_metrics, crosscheck) for the sweep: one bounded read of METRICS_URL as (text, error), and the
+    cross-check of a level's row with the reads before and after it."""
+    venv = os.path.dirname(os.path.dirname(params['executable']))
+    try:
+        parser = vllm_metrics.load_parser(site_dirs_of([venv]))[0]
+        no_parser = None
+    except vllm_metrics.MetricsError as exc:
+        parser, no_parser = None, to_native(exc)
+
+    def read_metrics():
+        try:
+            return vllm_metrics.fetch(metrics_url, timeout=10, api_key=params['api_key']), None
+        except (vllm_metrics.MetricsError, ValueError) as exc:
+            return None, to_native(exc)
+
+    def summary(pair, when):
+        text, error = pair if isinstance(pair, tuple) and len(pair) == 2 else (None, 'not read')
+        if text is None:
+            raise ValueError('the server\'s metrics at %s could not be read %s the level (%s)'
+                             % (metrics_url, when, str(error or 'not read').rstrip('.')))
+        families = vllm_metrics.parse(text, parser, metrics_url)
+        return vllm_metrics.summarize(families, metrics_url, model_name=params['model'])
+
+    def crosscheck(row, before, after):
+        if parser is None:
+            return bench_crosscheck.unavailable('the server\'s metrics cannot be parsed here: %s' % no_parser)
+        try:
+            first, second = summary(before, 'before'), summary(after, 'after')
+        except (ValueError, vllm_metrics.MetricsError) as exc:
+            return bench_crosscheck.unavailable('%s; the client\'s figures were not cross-checked'
+                                                % to_native(exc).rstrip('.'))
+        return bench_crosscheck.check(row, first, second, tolerance=params['crosscheck_tolerance'])
+
+    return read_metrics, crosscheck
+
+
+def _attempt(entry):
+    row = entry.get('row') or {}
+    return {'result_file': entry.get('result_file'), 'output_tok_s': row.get('output_tok_s'),
+            'crosscheck': row.get('crosscheck')}
+
+
+def measure_again(run, settings, sweep, retries, deadline, clock=time.monotonic):
+    """Measure again, up to RETRIES times each, the levels of SWEEP whose client was starved (the server's own
+    metrics disagree); each run keeps its own result file; the level keeps the last run's row, the earlier
+    runs in row['attempts']."""
+    for entry in sweep['levels']:
+        attempts = []
+        for attempt in range(1, retries + 1):
+            row = entry.get('row') or {}
+            if not entry.get('ok') or (row.get('crosscheck') or {}).get('status') != 'client_starved':
+                break
+            left = int(deadline - clock())
+            if left < 1:
+                attempts.append(dict(_attempt(entry), note='not measured again: sweep_timeout used up'))
+                break
+            again = bench_sweep.run_sweep(run, dict(settings, concurrency=[entry['concurrency']],
+                                                    num_prompts=[entry['num_prompts']], attempt=attempt,
+                                                    sweep_timeout=left))
+            sweep['files'].update(again['files'])
+            sweep['bench_seconds'] = round(sweep['bench_seconds'] + again['bench_seconds'], 3)
+            redo = again['levels'][0] if again['levels'] else None
+            if again['failure'] or redo is None or not redo.get('ok'):
+                attempts.append(dict(_attempt(entry), note='measuring again failed: %s'
+                                     % (again['failure'] or 'no result')))
+                break
+            attempts.append(_attempt(entry))
+            for key in ('argv', 'rc', 'seconds', 'result_file', 'row'):
+                entry[key] = redo[key]
+        if attempts:
+            entry['row']['attempts'] = attempts
 
 
 def main():
@@ -385,6 +503,10 @@ def main():
             output_tail_kib=dict(type='int', default=64),
             quantization=dict(type='str'),
             model_dir=dict(type='path'),
+            crosscheck=dict(type='bool', default=True),
+            crosscheck_tolerance=dict(type='float', default=bench_crosscheck.DEFAULT_TOLERANCE),
+            crosscheck_retries=dict(type='int', default=1),
+            metrics_url=dict(type='str'),
         ),
         supports_check_mode=True,
     )
@@ -402,6 +524,12 @@ def main():
     for name in ('level_timeout', 'sweep_timeout', 'result_max_mib', 'output_tail_kib'):
         if params[name] < 1:
             module.fail_json(msg='%s must be at least 1, got %d. Nothing was run.' % (name, params[name]))
+    if not 0 <= params['crosscheck_retries'] <= MAX_RETRIES:
+        module.fail_json(msg='crosscheck_retries must be 0 to %d, got %d. Nothing was run.'
+                             % (MAX_RETRIES, params['crosscheck_retries']))
+    if not 0 < params['crosscheck_tolerance'] < 1:
+        module.fail_json(msg='crosscheck_tolerance must be a fraction above 0 and below 1 (0.10 = 10 %%), got %s. '
+                             'Nothing was run.' % params['crosscheck_tolerance'])
     problems = bench_sweep.argv_problems(params)
     try:
         params['base_url'] = vllm_api.make_base_url(base_url=params['base_url'])
@@ -417,6 +545,12 @@ def main():
             problems.append(to_native(exc))
     elif params['model_dir']:
         quantization = bench_baseline.detect_quantization(params['model_dir'])
+    metrics_url = params['metrics_url'] or (params['base_url'].rstrip('/') + '/metrics')
+    if params['crosscheck']:
+        try:
+            vllm_metrics.metrics_url(metrics_url)
+        except ValueError as exc:
+            problems.append('metrics_url: %s' % to_native(exc))
     if problems:
         module.fail_json(msg='Refusing to run vllm bench serve: %s. Nothing was run.' % '; '.join(problems))
 
@@ -464,7 +598,13 @@ def main():
 
     # (one process for every level: the interpreter of the vllm console script, when it is one)
     settings['python'] = bench_sweep.interpreter_of(params['executable']) if params['one_process'] else None
+    deadline = time.monotonic() + params['sweep_timeout']
+    if params['crosscheck']:
+        settings['read_metrics'], settings['crosscheck'] = make_crosscheck(params, metrics_url)
+        settings['metrics_url'] = metrics_url
     sweep = bench_sweep.run_sweep(run, settings)
+    if params['crosscheck'] and params['crosscheck_retries']:
+        measure_again(run, settings, sweep, params['crosscheck_retries'], deadline)
     sweep['files'] = dict((name, text) for name, text in sweep['files'].items() if len(text) <= MAX_RESULT_BYTES)
     result.update(sweep)
     result['changed'] = bool(sweep['levels'])

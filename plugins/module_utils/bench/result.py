@@ -379,6 +379,12 @@ def summarize(rows, single_stream_concurrency=1):
     unknown = [row.get('concurrency') for row in levels if row.get('failed') is None]
 
     tpot = single.get('mean_tpot_ms') if single else None
+    crosscheck = {}
+    for name, row in (('single_stream_tok_s', single), ('peak_tok_s', peak)):
+        if row is not None and isinstance(row.get('crosscheck'), dict):
+            crosscheck[name] = dict(row['crosscheck'])
+            if isinstance(row.get('attempts'), list):
+                crosscheck[name]['attempts'] = len(row['attempts'])
     return {
         'schema': SCHEMA,
         'levels': levels,
@@ -395,6 +401,8 @@ def summarize(rows, single_stream_concurrency=1):
         'failed_levels': failed_levels,
         'unknown_failures_levels': unknown,
         'ok': bool(levels) and not failed_levels,
+        # (per compared figure, the cross-check of its level with the server's own metrics, when there was one)
+        'crosscheck': crosscheck,
     }
 
 
@@ -512,6 +520,26 @@ def _fmt(value):
     return '{:,.1f}'.format(value)
 
 
+def _crosschecked(crosscheck, floor):
+    """(why, starved) for a figure below its FLOOR: what the cross-check of its level with the server's own
+    metrics says (a sentence), and whether it shows the client starved while the server kept up."""
+    if not isinstance(crosscheck, dict) or not crosscheck.get('status'):
+        return 'not cross-checked with the server\'s metrics (none were read)', False
+    status, reason = crosscheck.get('status'), str(crosscheck.get('reason') or 'no reason given')
+    server = _number(crosscheck.get('server_tok_s'))
+    retried = crosscheck.get('attempts') if isinstance(crosscheck.get('attempts'), int) else 0
+    again = ' (measured %d times)' % (retried + 1) if retried else ''
+    if status == 'client_starved' and server is not None and server >= floor:
+        return ('the server\'s own metrics say it generated %s tok/s, above the floor%s: %s'
+                % (_fmt(server), again, reason)), True
+    if status == 'client_starved':
+        return ('the server\'s own figure, %s tok/s, is below the floor too (the client was also starved: %s)'
+                % (_fmt(server), reason)), False
+    if status == 'agree':
+        return reason, False
+    return 'the cross-check with the server was not possible: %s' % reason, False
+
+
 def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
     """Regression verdict of a :func:`summarize` result against a baseline.
 
@@ -521,12 +549,23 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
     A metric regresses when measured < baseline * (1 - tolerance). A metric
     the sweep did not measure (no concurrency-1 level, every level failed)
     is ``not_measured``, which is no regression by itself: failed requests
-    are judged by the summary's ``ok``. Returns model, baseline_model,
+    are judged by the summary's ``ok``.
+
+    A metric below its floor is cross-checked with the server's own metrics
+    of its level (the summary's ``crosscheck``, from bench_serve): when they
+    show the client starved while the server generated at or above the
+    floor, it is ``inconclusive`` (no regression: the measuring side lost
+    the time); otherwise it regresses, and the sentence says why (the
+    server's metrics agree, show it slow too, or could not be read).
+
+    Returns model, baseline_model,
     baseline, tolerance, checked (a baseline with at least one metric was
-    found), regressed, regressions (sentences), metrics (per metric:
-    measured, baseline, floor, ratio, status ok|regressed|above|
-    not_measured|no_baseline), quantization, baseline_label, baseline_form
-    and message.
+    found), regressed, regressions (sentences), inconclusive (only
+    inconclusive shortfalls, no regression), inconclusive_reasons, metrics
+    (per metric: measured, baseline, floor, ratio, status ok|regressed|
+    inconclusive|above|not_measured|no_baseline, crosscheck: the sentence
+    for a shortfall), quantization, baseline_label, baseline_form and
+    message.
     """
     tol = _number(tolerance)
     if tol is None or tol < 0 or tol >= 1:
@@ -537,7 +576,9 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
     baseline, baseline_model, label = found['baseline'], found['model'], found['label']
     metrics = {}
     regressions = []
+    inconclusive = []
     checked = False
+    crosschecks = summary.get('crosscheck') if isinstance(summary.get('crosscheck'), dict) else {}
     for name in COMPARED_METRICS:
         measured = _number(summary.get(name))
         expected = _number(baseline.get(name)) if baseline else None
@@ -552,10 +593,17 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
             else:
                 entry['ratio'] = measured / expected
                 if measured < entry['floor']:
-                    entry['status'] = 'regressed'
-                    regressions.append('%s: %s tok/s is %.1f%% below the baseline %s tok/s (tolerance %.0f%%)'
-                                       % (METRIC_LABELS[name], _fmt(measured), (1 - entry['ratio']) * 100, _fmt(expected),
-                                          tol * 100))
+                    shortfall = ('%s: %s tok/s is %.1f%% below the baseline %s tok/s (tolerance %.0f%%)'
+                                 % (METRIC_LABELS[name], _fmt(measured), (1 - entry['ratio']) * 100, _fmt(expected),
+                                    tol * 100))
+                    why, starved = _crosschecked(crosschecks.get(name), entry['floor'])
+                    entry['crosscheck'] = why
+                    if starved:
+                        entry['status'] = 'inconclusive'
+                        inconclusive.append('%s, but %s' % (shortfall, why))
+                    else:
+                        entry['status'] = 'regressed'
+                        regressions.append('%s; %s' % (shortfall, why))
                 elif measured > expected * (1 + tol):
                     entry['status'] = 'above'
                 else:
@@ -565,6 +613,12 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
         message = found['missing'] or 'no baseline for %s: nothing compared' % (label or model,)
     elif regressions:
         message = 'regression against the baseline of %s: %s' % (label, '; '.join(regressions))
+        if inconclusive:
+            message += ' (inconclusive besides: %s)' % '; '.join(inconclusive)
+    elif inconclusive:
+        message = ('inconclusive, not a regression: the client that measured was starved. Against the baseline of '
+                   '%s: %s. Benchmark this host again on a quieter machine (gpufleet.vllm.benchmark)'
+                   % (label, '; '.join(inconclusive)))
     else:
         parts = ['%s %s tok/s (baseline %s)' % (METRIC_LABELS[name], _fmt(entry['measured']), _fmt(entry['baseline']))
                  for name, entry in metrics.items() if entry['status'] in ('ok', 'above')]
@@ -584,6 +638,9 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
         'checked': checked,
         'regressed': bool(regressions),
         'regressions': regressions,
+        # (a shortfall the server's own metrics contradict: the client was starved; no regression by itself)
+        'inconclusive': bool(inconclusive) and not regressions,
+        'inconclusive_reasons': inconclusive,
         'metrics': metrics,
         'message': message,
     }

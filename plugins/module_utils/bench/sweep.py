@@ -64,6 +64,11 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result 
 
 RESULT_NAME = 'c%d.json'
 LOG_NAME = 'c%d.log'
+#: a level measured again (settings['attempt'] = N > 0): its own result file, never the first one's
+RETRY_RESULT_NAME = 'c%d.retry%d.json'
+RETRY_LOG_NAME = 'c%d.retry%d.log'
+#: the largest /metrics page kept for the cross-check of a level
+METRICS_MAX_BYTES = 8 * 1024 * 1024
 TAIL_LINES = 60
 # exit status of coreutils' timeout when the limit passed (124), or when it had to kill (137)
 TIMEOUT_STATUSES = (124, 137)
@@ -72,8 +77,19 @@ BACKSTOP_GRACE = 15
 TAIL_BYTES = 64 * 1024
 RESULT_MAX_BYTES = 64 * 1024 * 1024
 CONTROL = re.compile(r'[\x00-\x1f\x7f]')
-ENV_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-URL = re.compile(r'^https?://[^/?#@\s]+(/[^\s]*)?$')
+ENV_NAME = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*\Z')
+URL = re.compile(r'^https?://[^/?#@\s]+(/[^\s]*)?\Z')
+
+
+def result_name(settings, concurrency):
+    """The result file name of CONCURRENCY: c<N>.json, or c<N>.retry<attempt>.json for a level measured again."""
+    attempt = settings.get('attempt') or 0
+    return RETRY_RESULT_NAME % (concurrency, attempt) if attempt else RESULT_NAME % concurrency
+
+
+def log_name(settings, concurrency):
+    attempt = settings.get('attempt') or 0
+    return RETRY_LOG_NAME % (concurrency, attempt) if attempt else LOG_NAME % concurrency
 
 
 def _shown(value):
@@ -186,7 +202,7 @@ def level_argv(settings, concurrency, num_prompts, limit=None):
         '--random-input-len', str(settings['input_len']), '--random-output-len', str(settings['output_len']),
         '--num-prompts', str(num_prompts), '--max-concurrency', str(concurrency), '--seed', str(settings['seed']),
         '--percentile-metrics', 'ttft,tpot,itl,e2el', '--metric-percentiles', '50,99',
-        '--save-result', '--result-dir', settings['result_dir'], '--result-filename', RESULT_NAME % concurrency,
+        '--save-result', '--result-dir', settings['result_dir'], '--result-filename', result_name(settings, concurrency),
         '--disable-tqdm',
     ]
     if settings.get('temperature') is not None:
@@ -237,7 +253,7 @@ def _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes):
             raise ValueError('the file is larger than %d bytes (result_max_mib), which is more than a result '
                              'is read up to; it stays on the host' % max_bytes)
         text = raw.decode('utf-8', 'replace')
-        files[RESULT_NAME % concurrency] = text
+        files[result_name(settings, concurrency)] = text
         entry['row'] = bench.parse_result(text, concurrency=concurrency, source=path)
     except (IOError, OSError) as exc:
         return ('vllm bench serve at concurrency %d exited 0 but left no readable result in %s (%s): %s.'
@@ -254,20 +270,26 @@ def _judge(settings, entry, rc, stdout, stderr, limit, files, max_bytes):
     return None
 
 
-def _level(settings, level, argv, rc, seconds, stdout, stderr, limit, files, max_bytes, note=None):
+def _level(settings, level, argv, rc, seconds, stdout, stderr, limit, files, max_bytes, note=None, metrics=None):
     """One level that ran: (its entry, its problem or None); the result file read into FILES, the log of a failed
-    level (its command ARGV, the exit status, NOTE, the tails of STDOUT and STDERR) written there too."""
+    level (its command ARGV, the exit status, NOTE, the tails of STDOUT and STDERR) written there too. With
+    ``settings['crosscheck']`` (a function of the row and the server's /metrics before and after the level,
+    METRICS: two (text, error) pairs), a level that completed gets ``row['crosscheck']``."""
     concurrency, num_prompts = level
     entry = {'concurrency': concurrency, 'num_prompts': num_prompts, 'argv': argv, 'rc': rc,
-             'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'], RESULT_NAME % concurrency),
+             'seconds': round(seconds, 3), 'result_file': os.path.join(settings['result_dir'], result_name(settings, concurrency)),
              'row': None, 'ok': False}
     # (the runner's note of what ended the level comes last: the failure's last words end with it)
     problem = _judge(settings, entry, rc, stdout, '%s\n%s' % (stderr, note) if note else stderr, limit, files,
                      max_bytes)
     if problem:
-        files[LOG_NAME % concurrency] = _log(argv, rc, stdout, stderr, note=note)
+        files[log_name(settings, concurrency)] = _log(argv, rc, stdout, stderr, note=note)
     else:
         entry['ok'] = True
+        crosscheck = settings.get('crosscheck')
+        if crosscheck is not None:
+            # (the server's /metrics read before and after the level: (text, error) each)
+            entry['row']['crosscheck'] = crosscheck(entry['row'], *(metrics or ((None, 'not read'), (None, 'not read'))))
     return entry, problem
 
 
@@ -325,12 +347,15 @@ def run_sweep(run_command, settings, clock=time.monotonic):
                 break
             limit = min(limit, left)
         argv = level_argv(settings, concurrency, num_prompts, limit=limit)
+        read_metrics = settings.get('read_metrics')
+        before = read_metrics() if read_metrics else None
         started = clock()
         rc, stdout, stderr = run_command(argv)
         seconds = clock() - started
+        after = read_metrics() if read_metrics else None
         total += seconds
         entry, failure = _level(settings, (concurrency, num_prompts), argv, rc, seconds, stdout, stderr, limit, files,
-                                max_bytes)
+                                max_bytes, metrics=(before, after) if read_metrics else None)
         levels.append(entry)
         if failure:
             failed_concurrency = concurrency
@@ -421,6 +446,34 @@ def completed_every_request(path, max_bytes):
         return False
 
 
+def fetch_metrics(url, path, max_bytes):
+    # (the server's /metrics for the cross-check of a level: no proxy, at most max_bytes, at most 15 s in all;
+    # a fault is written beside it, and never stops the sweep)
+    import threading
+    import urllib.request
+
+    def read():
+        try:
+            headers = {'Accept': 'text/plain;version=0.0.4'}
+            if os.environ.get('OPENAI_API_KEY'):
+                headers['Authorization'] = 'Bearer ' + os.environ['OPENAI_API_KEY']
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(urllib.request.Request(url, headers=headers), timeout=10) as answer:
+                body = answer.read(max_bytes + 1)
+            with open(path, 'wb') as handle:
+                handle.write(body)
+        except Exception as exc:
+            with open(path + '.error', 'w') as handle:
+                handle.write('%s: %s' % (type(exc).__name__, exc))
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(15)
+    if worker.is_alive():
+        with open(path + '.error', 'w') as handle:
+            handle.write('no answer within 15 s')
+
+
 def expired(signum, frame):
     note(event='end', concurrency=current['concurrency'], rc=124, seconds=time.monotonic() - current['started'],
          error='over the limit of %d s' % current['limit'])
@@ -436,6 +489,8 @@ for level in plan['levels']:
             note(event='out_of_time', concurrency=level['concurrency'])
             leave(0)
         limit = min(limit, left)
+    if plan.get('metrics_url'):
+        fetch_metrics(plan['metrics_url'], level['metrics_before'], plan['metrics_max_bytes'])
     current.update(concurrency=level['concurrency'], started=time.monotonic(), limit=limit)
     note(event='start', concurrency=level['concurrency'], limit=limit)
     signal.alarm(limit)
@@ -456,6 +511,8 @@ for level in plan['levels']:
     stop = rc == 0 and not completed_every_request(level['result_file'], plan['result_max_bytes'])
     note(event='end', concurrency=level['concurrency'], rc=rc, seconds=time.monotonic() - current['started'],
          error=error, stopped=stop)
+    if plan.get('metrics_url') and rc == 0:
+        fetch_metrics(plan['metrics_url'], level['metrics_after'], plan['metrics_max_bytes'])
     if rc != 0 or stop:
         leave(rc)
 # (no wait at exit for what a level left running, a thread or a pool: every level is done and noted)
@@ -466,14 +523,16 @@ RUNNER_UNAVAILABLE = 3
 #: Seconds the one process may take beyond its levels' limits (vLLM's import, about 15 s on a CPU core)
 IMPORT_ALLOWANCE = 120
 STATUS_MAX_BYTES = 1024 * 1024
+#: Seconds a level's two reads of /metrics may take at most (RUNNER gives each 15 s)
+METRICS_ALLOWANCE = 30
 SHEBANG_MAX_BYTES = 512
-_PYTHON = re.compile(r'^python[0-9.]*$')
+_PYTHON = re.compile(r'^python[0-9.]*\Z')
 
 
 #: The second line of a console script that uv (relocatable) or pip (long paths) write for ``#!/bin/sh``: the
 #: Python beside the script, or the one it names
-_TRAMPOLINE_BESIDE = re.compile(r"""^'\'\'exec' "\$\(dirname -- "\$\(realpath -- "\$0"\)"\)"/'(python[0-9.]*)' "\$0" "\$@"$""")
-_TRAMPOLINE_NAMED = re.compile(r"""^'\'\'exec' (?:(["'])(/[^"']+)\1|(/\S+)) "\$0" "\$@"$""")
+_TRAMPOLINE_BESIDE = re.compile(r"""^'\'\'exec' "\$\(dirname -- "\$\(realpath -- "\$0"\)"\)"/'(python[0-9.]*)' "\$0" "\$@"\Z""")
+_TRAMPOLINE_NAMED = re.compile(r"""^'\'\'exec' (?:(["'])(/[^"']+)\1|(/\S+)) "\$0" "\$@"\Z""")
 
 
 def interpreter_of(executable):
@@ -504,6 +563,23 @@ def interpreter_of(executable):
     if python and os.path.isfile(python) and os.access(python, os.X_OK):
         return python
     return None
+
+
+def read_metrics_file(path, max_bytes=METRICS_MAX_BYTES):
+    """(text, None) of a /metrics page RUNNER saved, or (None, why not): its fault, missing, over MAX_BYTES."""
+    try:
+        with open(path + '.error', 'rb') as handle:
+            return None, handle.read(500).decode('utf-8', 'replace')
+    except (IOError, OSError):
+        pass
+    try:
+        with open(path, 'rb') as handle:
+            raw = handle.read(max_bytes + 1)
+    except (IOError, OSError) as exc:
+        return None, 'not read (%s)' % (exc.strerror or exc)
+    if len(raw) > max_bytes:
+        return None, 'the page is larger than %d bytes' % max_bytes
+    return raw.decode('utf-8', 'replace'), None
 
 
 def _read_status(path):
@@ -541,6 +617,8 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
         # (level_argv: timeout, --kill-after, LIMIT, vllm, bench, serve, then the arguments of vllm bench serve)
         plan.append({'concurrency': concurrency, 'num_prompts': num_prompts, 'args': argv[6:]})
     budget = settings['level_timeout'] * len(plan) + IMPORT_ALLOWANCE
+    if settings.get('crosscheck'):
+        budget += METRICS_ALLOWANCE * len(plan)
     if sweep_timeout:
         budget = min(budget, sweep_timeout + BACKSTOP_GRACE)
     work = tempfile.mkdtemp(prefix='gpufleet-bench-')
@@ -554,10 +632,14 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
             json.dump({'executable': settings['executable'],
                        'deadline': time.time() + sweep_timeout if sweep_timeout else 0,
                        'result_max_bytes': settings.get('result_max_bytes') or RESULT_MAX_BYTES,
+                       'metrics_url': settings.get('metrics_url') if settings.get('crosscheck') else None,
+                       'metrics_max_bytes': METRICS_MAX_BYTES,
                        'levels': [{'concurrency': level['concurrency'], 'limit': int(settings['level_timeout']),
                                    'args': level['args'],
                                    'result_file': os.path.join(settings['result_dir'],
-                                                               RESULT_NAME % level['concurrency'])}
+                                                               result_name(settings, level['concurrency'])),
+                                   'metrics_before': os.path.join(work, 'metrics-c%d-before' % level['concurrency']),
+                                   'metrics_after': os.path.join(work, 'metrics-c%d-after' % level['concurrency'])}
                                   for level in plan]}, handle)
         argv = [settings.get('timeout_executable') or 'timeout', '--kill-after=%d' % KILL_AFTER, str(int(budget)),
                 settings['python'], runner_path, plan_path, status_path]
@@ -565,6 +647,9 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
         rc, stdout, stderr = run_command(argv)
         total = clock() - started
         events = _read_status(status_path)
+        metrics = dict((level['concurrency'], tuple(
+            read_metrics_file(os.path.join(work, 'metrics-c%d-%s' % (level['concurrency'], when)))
+            for when in ('before', 'after'))) for level in plan)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     unavailable = [e for e in events if e.get('event') == 'unavailable']
@@ -596,7 +681,7 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
             failure = ('vllm bench serve failed before concurrency %d (exit status %s%s): %s.'
                        % (concurrency, rc, over, _last_words(stdout, stderr).rstrip('.')))
             failed_concurrency = concurrency
-            files[LOG_NAME % concurrency] = _log(shown_argv, rc, stdout, stderr)
+            files[log_name(settings, concurrency)] = _log(shown_argv, rc, stdout, stderr)
             break
         limit = starts[concurrency].get('limit')
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
@@ -611,7 +696,8 @@ def run_in_one_process(run_command, settings, clock=time.monotonic):
         entry, failure = _level(settings, (concurrency, level['num_prompts']),
                                 level_argv(settings, concurrency, level['num_prompts'], limit=limit), level_rc,
                                 float(seconds) if isinstance(seconds, (int, float)) else 0.0, stdout, stderr, limit,
-                                files, max_bytes, note=str(error)[:500] if error else None)
+                                files, max_bytes, note=str(error)[:500] if error else None,
+                                metrics=metrics.get(concurrency))
         levels.append(entry)
         if failure:
             failed_concurrency = concurrency

@@ -1,0 +1,315 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to the gpufleet.vllm collection
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The benchmark's client figures cross-checked with the server's own /metrics.
+
+The real ``vllm bench serve`` (the bench environment, as scripts/bootstrap.sh
+installs it) measures the stand-in through the bench_serve module; a starved
+CLIENT is made by stopping the client's process group in bursts (SIGSTOP /
+SIGCONT) while the server keeps its pace: the gate must call the shortfall
+inconclusive, not a regression. A really slow server (the stand-in's slow
+fault) is still a regression, and says that the server's metrics agree.
+"""
+
+from __future__ import absolute_import, division, print_function
+__metaclass__ = type
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import crosscheck
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import sweep as bench_sweep
+from ansible_collections.gpufleet.vllm.plugins.modules import bench_serve
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+STANDIN = os.path.join(REPO, 'tests', 'sim', 'standin', 'vllm_standin.py')
+MAKE_MODEL_DIR = os.path.join(REPO, 'tests', 'sim', 'model', 'make_model_dir.py')
+BENCH_ENV = os.environ.get('GPUFLEET_BENCH_ENV') or os.path.expanduser('~/.cache/gpufleet-vllm/bench-env')
+VLLM = os.path.join(BENCH_ENV, 'bin', 'vllm')
+
+RATE = 40            # the stand-in's tokens per second per stream
+SLOW_RATE = 16       # the slow build's
+OUTPUT_LEN = 48
+TTFT = 0.1
+# the single-stream figure of a good build: OUTPUT_LEN tokens in OUTPUT_LEN / RATE + TTFT seconds (36.9), less a little
+BASELINE = {'sim-model': {'single_stream_tok_s': 36.0}}
+
+
+# ---------------------------------------------------------------------------
+# the cross-check and the verdict, from figures
+
+
+def summary_of(tokens, requests, e2e_sum, tpot_sum=None, tpot_count=None):
+    """A vllm_metrics.summarize() result with what the cross-check reads."""
+    histograms = {crosscheck.E2E_HISTOGRAM: {'count': requests, 'sum': e2e_sum}}
+    if tpot_sum is not None:
+        histograms['vllm:request_time_per_output_token_seconds'] = {'count': tpot_count, 'sum': tpot_sum}
+    return {'request_success': {'total': requests}, 'generation_tokens_total': tokens, 'histograms': histograms}
+
+
+ZERO = summary_of(0, 0, 0.0, 0.0, 0)
+
+
+def row(tok_s, tpot_ms=25.0, completed=4, concurrency=1):
+    return {'concurrency': concurrency, 'completed': completed, 'failed': 0, 'output_tok_s': tok_s,
+            'mean_tpot_ms': tpot_ms, 'notes': []}
+
+
+def test_a_client_that_read_slower_than_the_server_generated_was_starved():
+    # 5 requests (4 and vllm bench serve's test prompt), 240 tokens in 6.5 s of request time: 36.9 tok/s
+    after = summary_of(240, 5, 6.5, 5 * 0.025, 5)
+    starved = crosscheck.check(row(20.0), ZERO, after)
+    assert starved['status'] == 'client_starved', starved
+    assert starved['server_tok_s'] == pytest.approx(36.92, abs=0.01) and starved['ratio'] < 0.6
+    assert 'the measuring side lost the time' in starved['reason']
+    agree = crosscheck.check(row(35.5), ZERO, after)
+    assert agree['status'] == 'agree' and "server's own metrics agree" in agree['reason']
+    # the client's time per output token much longer than the server's: starved too
+    assert crosscheck.check(row(35.5, tpot_ms=40.0), ZERO, after)['status'] == 'client_starved'
+
+
+@pytest.mark.parametrize('before, after, words', [
+    (None, ZERO, 'a read of /metrics is missing'),
+    ({'histograms': {}}, ZERO, 'does not count request success'),
+    (summary_of(500, 9, 9.0), summary_of(100, 2, 1.0), 'went down'),
+    (ZERO, summary_of(240, 30, 6.5), 'other traffic reached it'),
+    (ZERO, {'request_success': {'total': 5}, 'generation_tokens_total': 240, 'histograms': {}},
+     'no vllm:e2e_request_latency_seconds histogram'),
+])
+def test_a_cross_check_that_is_not_possible_says_why(before, after, words):
+    checked = crosscheck.check(row(20.0), before, after)
+    assert checked['status'] == 'unavailable' and words in checked['reason'], checked
+
+
+def verdict(level_row, baseline=None):
+    return bench.compare(bench.summarize([level_row]), baseline or BASELINE, model='sim-model')
+
+
+def test_the_gate_calls_a_shortfall_the_server_contradicts_inconclusive():
+    after = summary_of(240, 5, 6.5, 5 * 0.025, 5)
+    starved = dict(row(20.0), crosscheck=crosscheck.check(row(20.0), ZERO, after),
+                   attempts=[{'output_tok_s': 19.0}])
+    judged = verdict(starved)
+    assert not judged['regressed'] and judged['inconclusive'], judged
+    assert judged['metrics']['single_stream_tok_s']['status'] == 'inconclusive'
+    assert 'inconclusive, not a regression' in judged['message']
+    assert 'measured 2 times' in judged['message'] and '36.9 tok/s' in judged['message']
+    # the server's own rate below the floor too: a regression, whatever the client suffered
+    slow = summary_of(240, 5, 16.0, 5 * 0.0625, 5)
+    both = dict(row(10.0), crosscheck=crosscheck.check(row(10.0), ZERO, slow))
+    assert both['crosscheck']['status'] == 'client_starved'
+    assert verdict(both)['regressed'] and 'below the floor too' in verdict(both)['message']
+    # the server agrees: a regression that says so
+    agreed = dict(row(14.0, tpot_ms=62.5), crosscheck=crosscheck.check(row(14.0, tpot_ms=62.5), ZERO, slow))
+    judged = verdict(agreed)
+    assert judged['regressed'] and not judged['inconclusive']
+    assert "the server's own metrics agree: 15.0 tok/s" in judged['message']
+    # no metrics: still a regression, and the verdict says it was not cross-checked
+    judged = verdict(row(20.0))
+    assert judged['regressed'] and 'not cross-checked' in judged['message']
+    judged = verdict(dict(row(20.0), crosscheck=crosscheck.unavailable('no metrics here')))
+    assert judged['regressed'] and 'the cross-check with the server was not possible: no metrics here' in judged['message']
+
+
+# ---------------------------------------------------------------------------
+# the real vllm bench serve against the stand-in, through the module
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def model_dir(tmp_path_factory):
+    if not os.access(VLLM, os.X_OK):
+        pytest.skip('no bench environment at %s (scripts/bootstrap.sh installs it): the real vllm bench serve '
+                    'cannot run' % BENCH_ENV)
+    if importlib.util.find_spec('tokenizers') is None:
+        pytest.skip("the 'tokenizers' package is not installed: the simulated tokenizer cannot be built")
+    spec = importlib.util.spec_from_file_location('gpufleet_sim_make_model_dir_cc', MAKE_MODEL_DIR)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_model_dir(str(tmp_path_factory.mktemp('model') / 'sim-model'))['model_dir']
+
+
+@pytest.fixture
+def standin(tmp_path, model_dir):
+    """start(slow=False) -> base URL of a stand-in serving sim-model at RATE tok/s (SLOW_RATE with the slow fault)."""
+    started = []
+
+    def start(slow=False):
+        work = tmp_path / ('standin-%d' % len(started))
+        work.mkdir()
+        venv = work / 'venvs' / 'new'
+        venv.mkdir(parents=True)
+        faults = work / 'faults'
+        faults.write_text('slow_venv=%s\nslow_tokens_per_second=%d\n' % (venv, SLOW_RATE) if slow else '')
+        port = _free_port()
+        env = dict(os.environ, VLLM_STANDIN_LOAD_SECONDS='0', VLLM_STANDIN_VRAM_MIB='0',
+                   VLLM_STANDIN_TOKENS_PER_SECOND=str(RATE), VLLM_STANDIN_MAX_TOKENS_PER_SECOND='0',
+                   VLLM_STANDIN_TTFT_SECONDS=str(TTFT), VLLM_STANDIN_FAULTS_FILE=str(faults),
+                   VLLM_STANDIN_VENV=str(venv), FAKE_NVML_STATE=str(work / 'nvml-state'))
+        log = open(str(work / 'standin.log'), 'wb')
+        process = subprocess.Popen([sys.executable, STANDIN, 'serve', model_dir, '--served-model-name', 'sim-model',
+                                    '--host', '127.0.0.1', '--port', str(port)], stdout=log,
+                                   stderr=subprocess.STDOUT, env=env)
+        started.append((process, log))
+        url = 'http://127.0.0.1:%d' % port
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url + '/v1/models', timeout=2):
+                    return url
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail('the stand-in did not start: %s' % (work / 'standin.log').read_text())
+                time.sleep(0.05)
+
+    yield start
+    for process, log in started:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+class StarvedClient:
+    """Stops every process group the module starts (the benchmark client) in bursts - STOP seconds stopped, RUN
+    seconds running - while a level runs (from the server's first request in flight until it has been idle for
+    IDLE seconds: vLLM's import is left alone): the server keeps its pace, the client reads late.
+
+    A client stopped in the middle of a stream loses nothing (the server's tokens wait in the socket); what it loses
+    is the time between the server's last token and its next request, as a client paged out or starved of I/O
+    on a busy machine does. Short bursts (0.3 s in 0.5 s) cost a single stream about 12 %; these cost far more."""
+
+    STOP, RUN, IDLE = 1.0, 0.25, 3.0
+
+    def __init__(self, monkeypatch, url):
+        self.url = url
+        self.groups = []
+        self.stopped = 0
+        self.done = threading.Event()
+        real_popen = bench_sweep.subprocess.Popen
+        groups = self.groups
+
+        class Recorded(real_popen):  # pylint: disable=too-few-public-methods
+            def __init__(self, *args, **kwargs):
+                super(Recorded, self).__init__(*args, **kwargs)
+                groups.append(self.pid)
+
+        monkeypatch.setattr(bench_sweep.subprocess, 'Popen', Recorded)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _busy(self):
+        try:
+            with urllib.request.urlopen(self.url + '/load', timeout=2) as answer:
+                return json.loads(answer.read(4096).decode()).get('server_load', 0) > 0
+        except (OSError, ValueError):
+            return False
+
+    def _signal(self, sig):
+        for group in list(self.groups):
+            try:
+                os.killpg(group, sig)
+            except OSError:
+                pass
+
+    def _run(self):
+        last_busy = None
+        while not self.done.is_set():
+            if self._busy():
+                last_busy = time.monotonic()
+            if last_busy is None or time.monotonic() - last_busy > self.IDLE:
+                time.sleep(0.02)
+                continue
+            self._signal(signal.SIGSTOP)
+            self.stopped += 1
+            time.sleep(self.STOP)
+            self._signal(signal.SIGCONT)
+            time.sleep(self.RUN)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(5)
+        self._signal(signal.SIGCONT)
+
+
+def sweep_args(tmp_path, url, model_dir):
+    return dict(executable=VLLM, base_url=url, model='sim-model', tokenizer=model_dir, concurrency=[1],
+                num_prompts=[4], input_len=16, output_len=OUTPUT_LEN, result_dir=str(tmp_path / 'results'),
+                ready_timeout=30, level_timeout=300, sweep_timeout=540, crosscheck_retries=1, temperature=0.0,
+                environment={'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1', 'VLLM_TARGET_DEVICE': 'cpu'})
+
+
+def run_module(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            bench_serve.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 0, out
+    return out
+
+
+@pytest.mark.benchmark
+def test_a_starved_client_is_inconclusive_not_a_regression(tmp_path, standin, model_dir, monkeypatch, capsys):
+    url = standin()
+    args = sweep_args(tmp_path, url, model_dir)
+    with StarvedClient(monkeypatch, url) as client:
+        result = run_module(args, capsys)
+    assert client.stopped > 3, 'the client was never stopped'
+    assert result['failure'] is None, result['failure']
+    level = result['levels'][0]
+    checked = level['row']['crosscheck']
+    # the client read far fewer tokens per second than the server generated them
+    assert checked['status'] == 'client_starved', checked
+    assert checked['server_tok_s'] > BASELINE['sim-model']['single_stream_tok_s'] * 0.9, checked
+    assert checked['client_tok_s'] < checked['server_tok_s'] * 0.9, checked
+    # measured again (its own result file), still starved: the earlier run listed
+    assert [attempt['result_file'] for attempt in level['row']['attempts']] == [str(tmp_path / 'results' / 'c1.json')]
+    assert level['result_file'].endswith('c1.retry1.json') and sorted(result['files']) == ['c1.json',
+                                                                                            'c1.retry1.json']
+    judged = bench.compare(bench.summarize([level['row']]), BASELINE, model='sim-model')
+    assert not judged['regressed'] and judged['inconclusive'], judged['message']
+    assert 'the client that measured was starved' in judged['message']
+
+
+@pytest.mark.benchmark
+def test_a_slow_server_is_still_a_regression_that_the_server_confirms(tmp_path, standin, model_dir, capsys):
+    url = standin(slow=True)
+    args = sweep_args(tmp_path, url, model_dir)
+    result = run_module(args, capsys)
+    assert result['failure'] is None, result['failure']
+    level = result['levels'][0]
+    checked = level['row']['crosscheck']
+    assert checked['status'] == 'agree', checked
+    assert checked['server_tok_s'] < SLOW_RATE * 1.05, checked
+    # the server's time per output token is the slow build's, as vLLM's histogram reports it
+    assert checked['server_tpot_ms'] == pytest.approx(1000.0 / SLOW_RATE, rel=0.2), checked
+    assert checked['tpot_histogram'] == 'vllm:request_time_per_output_token_seconds'
+    assert 'attempts' not in level['row'] and sorted(result['files']) == ['c1.json']
+    judged = bench.compare(bench.summarize([level['row']]), BASELINE, model='sim-model')
+    assert judged['regressed'] and not judged['inconclusive'], judged['message']
+    assert "the server's own metrics agree" in judged['message']
