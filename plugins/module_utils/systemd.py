@@ -449,12 +449,15 @@ def parse_rendered_unit(text, name="the unit"):
     ``environment_files``: the EnvironmentFile= lines, whose variables are
     not read here (the GPUs of such a unit are not known). UnsetEnvironment=
     is applied last, as systemd applies it (``NAME`` removes the variable,
-    ``NAME=value`` only that assignment, an empty line resets the list).
+    ``NAME=value`` only that assignment, an empty line resets the list);
+    ``pass_environment`` (only when some are): the PassEnvironment= names
+    that neither Environment= sets nor UnsetEnvironment= removes.
     """
     argv = None
     environment = {}
     environment_files = []
     unset = []
+    passed = []
     for section, key, value in _unit_lines(text):
         if section != "Service":
             continue
@@ -476,6 +479,10 @@ def parse_rendered_unit(text, name="the unit"):
                 if not sep or not _ENV_NAME.match(env_name):
                     raise ValueError("%s: the Environment= assignment %r is not NAME=value" % (name, word[:80]))
                 environment[env_name] = env_value
+        elif key == "PassEnvironment" and not value:
+            passed = []
+        elif key == "PassEnvironment":
+            passed.extend(split_words(value, "a PassEnvironment= line of %s" % name, dollar=False))
         elif key == "UnsetEnvironment" and not value:
             unset = []
         elif key == "UnsetEnvironment":
@@ -491,7 +498,12 @@ def parse_rendered_unit(text, name="the unit"):
     for env_name, env_value in unset:
         if env_name in environment and (env_value is None or environment[env_name] == env_value):
             del environment[env_name]
-    return {"argv": argv, "environment": environment, "environment_files": environment_files}
+    rendered = {"argv": argv, "environment": environment, "environment_files": environment_files}
+    # (variables taken from systemd's own environment; Environment= overrides them, UnsetEnvironment= removes them)
+    passed = [n for n in passed if n not in environment and not any(u == n and v is None for u, v in unset)]
+    if passed:
+        rendered["pass_environment"] = passed
+    return rendered
 
 
 def _read_head(path, read_bytes):
@@ -577,6 +589,8 @@ def gpus_of(rendered, drop_ins=""):
         return None, rendered.get("error") or "its file cannot be read"
     if rendered.get("environment_files"):
         return None, "its EnvironmentFile= %s may set CUDA_VISIBLE_DEVICES" % ", ".join(rendered["environment_files"])
+    if "CUDA_VISIBLE_DEVICES" in rendered.get("pass_environment", ()):
+        return None, "its PassEnvironment= takes CUDA_VISIBLE_DEVICES from systemd's own environment, not read here"
     if drop_ins and drop_ins.strip():
         return None, "its drop-ins %s may change its command line or environment" % drop_ins.strip()
     try:

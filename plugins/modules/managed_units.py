@@ -23,9 +23,9 @@ description:
   - The GPUs of each unit come from its own C(ExecStart=), C(Environment=) and C(UnsetEnvironment=) lines (the first
     tensor x pipeline x data parallel entries of C(CUDA_VISIBLE_DEVICES), or GPUs 0, 1, ...). Two models side by side
     on different GPUs are not others of each other; a unit whose GPUs cannot be known (its file edited beyond what the
-    role writes, drop-ins, an C(EnvironmentFile=), a C(--config) YAML file that may set the parallel sizes, O(keep)
-    not rendered here, GPUs named by index in one and by UUID in the other) counts as sharing them, and
-    RV(units[].gpus_unknown) says why.
+    role writes, drop-ins, an C(EnvironmentFile=), C(PassEnvironment=CUDA_VISIBLE_DEVICES), a C(--config) YAML file
+    that may set the parallel sizes, O(keep) not rendered here, GPUs named by index in one and by UUID in the other)
+    counts as sharing them, and RV(units[].gpus_unknown) says why.
   - Only regular files are read (a link is never followed), only their first 64 KiB, and at most 4096 directory
     entries; a unit directory with more is refused rather than half read.
   - RV(keep_state) is O(keep)'s own state (exists, loaded, active, running, main PID), read with one bounded

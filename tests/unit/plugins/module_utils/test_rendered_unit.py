@@ -123,6 +123,20 @@ def test_unset_environment_is_applied_as_systemd_applies_it(lines, environment):
     assert systemd.gpus_of(rendered)[0] == ([4, 5] if "CUDA_VISIBLE_DEVICES" in environment else [0, 1])
 
 
+@pytest.mark.parametrize("lines, known", [
+    (["PassEnvironment=HOME CUDA_VISIBLE_DEVICES"], False),
+    (["PassEnvironment=CUDA_VISIBLE_DEVICES", 'Environment="CUDA_VISIBLE_DEVICES=4,5"'], True),
+    (["PassEnvironment=CUDA_VISIBLE_DEVICES", "PassEnvironment="], True),
+    (["PassEnvironment=CUDA_VISIBLE_DEVICES", "UnsetEnvironment=CUDA_VISIBLE_DEVICES"], True),
+])
+def test_gpus_passed_from_systemds_own_environment_are_unknown(lines, known):
+    text = "[Service]\n%s\nExecStart=/opt/vllm/bin/vllm serve /m -tp 2\n" % "\n".join(lines)
+    gpus, why = systemd.gpus_of(systemd.parse_rendered_unit(text))
+    assert (gpus is not None) == known, why
+    if not known:
+        assert why == "its PassEnvironment= takes CUDA_VISIBLE_DEVICES from systemd's own environment, not read here"
+
+
 def test_an_unset_environment_entry_that_is_no_name_is_refused():
     with pytest.raises(ValueError, match="UnsetEnvironment= entry '1A' is not NAME"):
         systemd.parse_rendered_unit("[Service]\nUnsetEnvironment=1A\nExecStart=/v serve /m\n")
