@@ -108,7 +108,7 @@ def expect_argument_spec():
     )
 
 
-_CC_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}|x|X|\*))?$")
+_CC_RE = re.compile(r"^(\d{1,2})(?:\.(\d{1,2}|x|X|\*))?\Z")
 
 _HINTS = {
     PYNVML_MISSING: (
