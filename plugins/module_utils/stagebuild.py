@@ -216,6 +216,8 @@ class _Build(object):
         self.result = {"changed": False, "env": p["env"], "steps": self.steps, "removed": False, "created": False,
                        "cache_removed": False, "lock": None, "check": None, "fingerprint": None}
         self.identity = None
+        #: the step that runs now (the one an unexpected error stopped)
+        self.step = "room"
         self.what = "%s %s" % (p["package"], p["version"])
         self.host = p["host_name"] or "this host"
         self.current = p["current_env"] or "the current environment"
@@ -390,14 +392,13 @@ def build(p, run=None, check_mode=False, clock=time.monotonic):
         except OSError as exc:
             b.refuse("%s could not be created: %s" % (envs_dir, exc.strerror or exc))
         b.result["changed"] = True
-    step = "cache"
     try:
         _run_steps(b, commands, parsed)
     except StageFailed:
         raise
     except Exception as exc:  # pylint: disable=broad-except
         # (not expected: the new environment goes all the same, and the sentence says what happened)
-        b.fail(b.steps[-1]["step"] if b.steps else step, "stopped on an unexpected %s: %s" % (type(exc).__name__, exc))
+        b.fail(b.step, "stopped on an unexpected %s: %s" % (type(exc).__name__, exc))
     b.result["msg"] = "staged %s in %s (%s), %s" % (
         b.what, env, "exactly the lock, %d packages" % len(parsed["packages"]) if locked else "resolved on the host",
         "proved pristine" if locked or p["verify"] else "not verified (verify is false)")
@@ -411,6 +412,7 @@ def _shown(commands):
 
 def _run_steps(b, commands, parsed):
     for step, argv in commands:
+        b.step = step
         if step == "cache":
             _rc, out, err, why, _hint = b.command(step, argv)
             if why:
@@ -427,6 +429,7 @@ def _run_steps(b, commands, parsed):
         _rc, _out, _err, why, hint = b.command(step, argv)
         if why:
             b.fail(step, why, hint)
+    b.step = "record"
     _verify(b, parsed)
     b.release()
 
@@ -450,6 +453,7 @@ def _probe(b, argv, parsed):
 
 
 def _write_lock(b):
+    b.step = "lock"
     started = b.clock()
     path = os.path.join(b.p["env"], LOCK_NAME)
     try:
@@ -483,6 +487,7 @@ def _verify(b, parsed):
             b.fail("record", check["msg"])
     if parsed is None:
         return
+    b.step = "fingerprint"
     started = b.clock()
     try:
         found = check_environment(venv=env, expected=lockfile.versions(parsed), expected_fingerprint=parsed["fingerprint"],
