@@ -30,8 +30,14 @@ SCRIPT = os.path.join(REPO, "scripts", "balancer.sh")
 ADDRS = {"sim-a": "127.0.0.2", "sim-b": "127.0.0.3", "sim-c": "127.0.0.4"}
 
 
+# seconds a server (by address) takes to answer /health: a host on a busy machine
+HEALTH_DELAYS = {}
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path == "/health":
+            time.sleep(HEALTH_DELAYS.get(self.server.server_address[0], 0))
         body = ("%s\n" % self.server.server_address[0]).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -183,3 +189,23 @@ def test_down_leaves_another_clones_balancer_and_its_files_alone(env, tmp_path):
     finally:
         other.kill()
         other.wait(timeout=10)
+
+
+def test_a_host_that_answers_its_health_check_late_stays_in_rotation(env, vllms):
+    """A busy machine delays a host's /health by seconds: HAProxy must not mark it down for that (its peers would
+    be down while another host is drained for its restart, and HAProxy would answer 503 for want of a server)."""
+    HEALTH_DELAYS["127.0.0.3"] = 3.0
+    up = script(env, "up", "sim-a", "sim-b", "sim-c")
+    try:
+        assert up.returncode == 0, up.stderr
+        sock = os.path.join(env["GPUFLEET_LB_DIR"], "admin.sock")
+        seen = []
+        deadline = time.monotonic() + 12
+        while time.monotonic() < deadline:
+            late = [s for s in haproxy.backend_servers(sock, "vllm") if s["name"] == "sim-b"][0]
+            seen.append(late["status"])
+            assert late["serving"], "sim-b, answering /health in 3 s, was taken out of rotation: %s" % seen
+            time.sleep(0.5)
+    finally:
+        HEALTH_DELAYS.clear()
+        script(env, "down")
