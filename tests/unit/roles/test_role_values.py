@@ -18,6 +18,10 @@ CASES = {
                                                         "reinstall_find_links": ["/srv/wheels"]}),
     "reinstall_option_package": ("reinstall", {"reinstall_extra_packages": ["--index-url=http://127.0.0.1:9/simple"]}),
     "reinstall_bad_package": ("reinstall", {"fleet_package": "../../etc"}),
+    # ($ of a pattern matches before a final line break: the checks match the whole value)
+    "reinstall_package_line_break": ("reinstall", {"fleet_package": "vllm\n"}),
+    "reinstall_commit_line_break": ("reinstall", {"reinstall_nightly_commit": "0123456789abcdef0123456789abcdef01234567\n"}),
+    "reinstall_exclude_line_break": ("reinstall", {"reinstall_lock_exclude": ["torch\n"]}),
     "reinstall_option_index": ("reinstall", {"reinstall_extra_index_urls": ["--no-verify-hashes"]}),
     "reinstall_newline_path": ("reinstall", {"fleet_envs_dir": "/opt/vllm/envs\n/etc"}),
     "reinstall_env_newline": ("reinstall", {"reinstall_uv_environment": {"UV_INDEX_URL": "http://x\r\n"}}),
@@ -61,6 +65,9 @@ def test_ordinary_values_pass(errors, name):
     ("reinstall_option_package", "reinstall_extra_packages[0] is '--index-url=http://127.0.0.1:9/simple', "
                                  "which starts with '-'"),
     ("reinstall_bad_package", 'fleet_package must be a distribution name such as vllm'),
+    ("reinstall_package_line_break", 'fleet_package must be a distribution name such as vllm'),
+    ("reinstall_commit_line_break", "reinstall_nightly_commit must be a full 40-hex commit hash"),
+    ("reinstall_exclude_line_break", "reinstall_lock_exclude holds a value that is not a distribution name"),
     ("reinstall_option_index", "reinstall_extra_index_urls[0] is '--no-verify-hashes', which starts with '-'"),
     ("reinstall_newline_path", "fleet_envs_dir holds a line break (U+000A)"),
     ("reinstall_env_newline", "reinstall_uv_environment.UV_INDEX_URL holds a line break (U+000D)"),
