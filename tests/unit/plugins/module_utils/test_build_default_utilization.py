@@ -5,6 +5,8 @@
 0.92 (vllm/config/cache.py), older builds to 0.9; the VRAM "loaded" gate of a unit that does not give it uses the
 default of the build the unit runs, and says where it came from."""
 
+# pylint: disable=protected-access
+
 import glob
 import json
 import os

@@ -4,6 +4,8 @@
 """The collection's checks of names and values match the whole string: in a regular expression ``$`` also matches
 before a final line break, so ``^...$`` passes ``s1\\n``; ``\\Z`` (or re.fullmatch) does not."""
 
+# pylint: disable=protected-access
+
 import ast
 import os
 import re
