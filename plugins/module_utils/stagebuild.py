@@ -269,25 +269,43 @@ class _Build(object):
         return "The incomplete environment %s was removed" % env
 
     def claim(self):
-        """Make the new environment's directory (the venv step fills it): the path is this run's from here on."""
+        """Make the new environment's directory (the venv step fills it): the path is this run's from here on.
+
+        The directory is made under a hidden name beside it, marked, then renamed to its path: a run killed at any
+        point leaves either nothing under the environment's name or a marked directory (unfinished), never an
+        unmarked one that would read as a finished environment."""
         env = self.p["env"]
+        # (an inode number is reused at once: the marker's token says the directory is still this run's; the process
+        # and boot in it tell the next run whether a staging still builds it)
+        token = binascii.hexlify(os.urandom(16)).decode("ascii")
+        mark = venvs.staging_mark(token)
+        claim = os.path.join(os.path.dirname(env), ".%s.claim-%s" % (os.path.basename(env), token[:12]))
         try:
-            os.mkdir(env, 0o755)
-        except FileExistsError:
-            self.stop("venv", "%s appeared while this run staged (another run, or a person); it was left alone" % env)
+            os.mkdir(claim, 0o755)
         except OSError as exc:
+            self.stop("venv", "%s could not be created: %s" % (claim, exc.strerror or exc))
+        try:
+            fd = os.open(os.path.join(claim, MARKER),
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w", encoding="ascii") as handle:
+                handle.write(mark)
+            os.chmod(claim, 0o755)
+            # (rename would replace an empty directory: one that is there already is another's)
+            if os.path.lexists(env):
+                raise FileExistsError(17, "File exists")
+            os.rename(claim, env)
+        except OSError as exc:
+            try:
+                _remove(claim)
+            except OSError:
+                pass
+            if isinstance(exc, FileExistsError) or os.path.lexists(env):
+                self.stop("venv", "%s appeared while this run staged (another run, or a person); it was left alone"
+                          % env)
             self.stop("venv", "%s could not be created: %s" % (env, exc.strerror or exc))
         info = os.lstat(env)
         self.result["changed"] = self.result["created"] = True
-        # (an inode number is reused at once: the marker's token says the directory is still this run's; the process
-        # and boot in it tell the next run whether a staging still builds it)
-        mark = venvs.staging_mark(binascii.hexlify(os.urandom(16)).decode("ascii"))
-        fd = os.open(os.path.join(env, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
-            handle.write(mark)
         self.identity = (info.st_dev, info.st_ino, mark)
-        os.chmod(env, 0o755)
 
     def release(self):
         """The build is proved: the directory is the new environment now, without the staging's marker."""

@@ -166,7 +166,8 @@ requirements:
   - Python 3.10 or newer on the managed host (standard library only), and uv 0.2 or newer (C(uv venv --allow-existing)).
 notes:
   - The module makes the directory O(env) itself, right before C(uv venv) fills it, with a file C(.gpufleet-staging)
-    that marks it as this run's until the proofs passed. A failure removes O(env) only while it is still that
+    that marks it as this run's until the proofs passed (made under a hidden name beside O(env), marked, then
+    renamed, so that no unmarked directory is ever under that name before the proofs). A failure removes O(env) only while it is still that
     directory with that mark; a directory someone else put there is left alone, and the message says so.
   - The mark names the staging's process and the host's boot. A run killed before the proofs passed (SIGKILL, a host
     that went down) cannot remove O(env) and leaves it marked, unfinished although it may look complete;

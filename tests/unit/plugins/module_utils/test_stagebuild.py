@@ -287,3 +287,42 @@ def test_an_unexpected_error_in_a_check_names_that_check(tmp_path, monkeypatch):
     monkeypatch.setattr(stagebuild, "check_environment", boom)
     err = failed(params(tmp_path, lock=a_lock()), Runner(probe=PROBE_OK))
     assert "failed at 'prove the new environment is exactly the lock': stopped on an unexpected KeyError" in err.msg
+
+
+# --- a run killed while it claims the path: nothing there reads as a finished environment ------------------------
+
+KILLED_AT = """
+import json, os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.gpufleet.vllm.plugins.module_utils import stagebuild
+p = json.loads(sys.argv[2])
+name = os.path.basename(p["env"])
+real = getattr(os, sys.argv[3])
+
+
+def then_killed(path, *args, **kwargs):
+    real(path, *args, **kwargs)
+    if name in os.path.basename(str(path)):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+setattr(os, sys.argv[3], then_killed)
+stagebuild.build(p, run=lambda argv, timeout, env: (0, "", ""))
+"""
+
+
+@pytest.mark.parametrize("call", ["mkdir", "chmod"])
+def test_a_run_killed_while_it_claims_the_path_leaves_nothing_that_reads_as_staged(tmp_path, call):
+    # SIGKILL right after the directory is made (before its mark is written), or right after the mark
+    from ansible_collections.gpufleet.vllm.plugins.module_utils import venvs  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    p = params(tmp_path)
+    os.makedirs(os.path.dirname(p["env"]))
+    collections = [path for path in sys.path if os.path.isdir(os.path.join(path, "ansible_collections"))][0]
+    done = subprocess.run([sys.executable, "-c", KILLED_AT, collections, json.dumps(p), call], timeout=120,
+                          check=False, capture_output=True)
+    assert done.returncode == -9, done.stderr
+    found = venvs.read_envs(os.path.dirname(p["env"]), "vllm", 2, target_version="0.33.0")
+    assert found["staged"] == [] and found["reuse"] == ""
+    # (either nothing under the environment's name, or a marked directory: unfinished)
+    assert not os.path.exists(p["env"]) or [e["path"] for e in found["unfinished"]] == [p["env"]]
