@@ -23,6 +23,10 @@ Public API:
   left out; raises ``HistoryError`` when a kept file would change
 * ``md_text(value) -> str``: a value from a host made safe for Markdown
 
+Links: a host directory of the run that is a symbolic link is skipped;
+a result or summary file that is one is not read (listed as a problem);
+``plan_results`` refuses to write through either.
+
 Bounds: a result or summary file larger than ``max_bytes`` (default
 ``MAX_FILE_BYTES``) is not read (it is listed as a problem); figures of a
 summary.json that are not finite numbers are shown as ``-``. Every value
@@ -36,6 +40,7 @@ __metaclass__ = type
 import json
 import os
 import re
+import stat
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
@@ -76,6 +81,11 @@ def plan_results(run_dir, results):
         host = item.get('host')
         if not isinstance(host, str) or not SAFE_NAME.match(host):
             raise HistoryError('host name %r cannot name a directory (letters, digits, ., _, +, - only)' % (host,))
+        here = os.path.join(run_dir, host)
+        if os.path.islink(here) or (os.path.lexists(here) and not os.path.isdir(here)):
+            raise HistoryError('%s is %s: the results of a host are kept in a plain directory of the run, never '
+                               'written through a link' % (here, 'a symbolic link' if os.path.islink(here)
+                                                           else 'not a directory'))
         files = dict(item.get('files') or {})
         if item.get('summary') is not None:
             files[SUMMARY_NAME] = json.dumps(item['summary'], indent=2, sort_keys=False) + '\n'
@@ -85,6 +95,8 @@ def plan_results(run_dir, results):
             text = files[name]
             data = text.encode('utf-8') if isinstance(text, str) else json.dumps(text).encode('utf-8')
             path = os.path.join(run_dir, host, name)
+            if os.path.islink(path):
+                raise HistoryError('%s is a symbolic link: results are written only to plain files' % path)
             current = _current(path)
             if current is None:
                 planned.append((path, data))
@@ -117,7 +129,14 @@ def md_code(value):
 
 
 def _read_json(path, max_bytes=MAX_FILE_BYTES):
-    with open(path, 'rb') as handle:
+    """The JSON of the plain file PATH (a link or anything else that is not a plain file is not read)."""
+    if os.path.islink(path):
+        raise ValueError('a symbolic link; only plain files are read')
+    # O_NOFOLLOW: a link put there since is not read either; O_NONBLOCK: a FIFO does not hold the report
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0) | os.O_NONBLOCK)
+    with os.fdopen(descriptor, 'rb') as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError('not a plain file; not read')
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError('larger than %d bytes, more than a file is read up to; not read' % max_bytes)
@@ -141,8 +160,8 @@ def _level_files(directory):
     for name in os.listdir(directory):
         if not name.endswith('.json') or name == SUMMARY_NAME or name.endswith('.pytorch.json'):
             continue
-        if os.path.isfile(os.path.join(directory, name)):
-            names.append(name)
+        if os.path.isfile(os.path.join(directory, name)) or os.path.islink(os.path.join(directory, name)):
+            names.append(name)  # (a link is listed: reading it says it is one)
     return sorted(names)
 
 
@@ -167,7 +186,7 @@ def collect_run(run_dir, max_bytes=MAX_FILE_BYTES, deadline=None):
         problems = []
         summary_path = os.path.join(directory, SUMMARY_NAME)
         stored = None
-        if os.path.isfile(summary_path):
+        if os.path.isfile(summary_path) or os.path.islink(summary_path):
             try:
                 stored = _read_json(summary_path, max_bytes)
             except (OSError, ValueError) as exc:

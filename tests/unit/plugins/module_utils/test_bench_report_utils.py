@@ -315,3 +315,29 @@ def test_the_same_run_of_another_host_is_another_line_and_a_json_infinity_is_no_
     assert lines[-1]['tolerance'] == 0.0
     assert problems == ['%s:3: peak_tok_s is the number inf, not a number of at least 0, skipped' % path]
     assert bench_history.read(str(path), max_lines=2)[0][0]['host'] == 'other'
+
+
+def test_results_are_neither_written_nor_read_through_a_link(tmp_path):
+    secret = tmp_path / 'secret.json'
+    secret.write_text('{"summary": {"levels": []}, "model": "read through a link"}')
+    elsewhere = tmp_path / 'elsewhere'
+    elsewhere.mkdir()
+    run = tmp_path / 'run'
+    (run / 'gpu-node-1').mkdir(parents=True)
+    os.symlink(str(secret), str(run / 'gpu-node-1' / 'summary.json'))
+    os.symlink(str(secret), str(run / 'gpu-node-1' / 'c1.json'))
+    os.mkfifo(str(run / 'gpu-node-1' / 'c2.json'))
+    entries = bench_report.collect_run(str(run))
+    assert len(entries) == 1 and entries[0]['status'] == 'incomplete'
+    assert entries[0]['problems'] == [
+        '%s: a symbolic link; only plain files are read' % (run / 'gpu-node-1' / 'summary.json'),
+        '%s: a symbolic link; only plain files are read' % (run / 'gpu-node-1' / 'c1.json')]
+    os.symlink(str(elsewhere), str(run / 'gpu-node-2'))
+    with pytest.raises(bench_report.HistoryError, match='gpu-node-2 is a symbolic link: the results of a host'):
+        bench_report.plan_results(str(run), [{'host': 'gpu-node-2', 'files': {'c1.json': '{}'}}])
+    (run / 'gpu-node-3').write_text('')
+    with pytest.raises(bench_report.HistoryError, match='gpu-node-3 is not a directory'):
+        bench_report.plan_results(str(run), [{'host': 'gpu-node-3', 'files': {'c1.json': '{}'}}])
+    with pytest.raises(bench_report.HistoryError, match='c1.json is a symbolic link: results are written only'):
+        bench_report.plan_results(str(run), [{'host': 'gpu-node-1', 'files': {'c1.json': '{}'}}])
+    assert os.listdir(str(elsewhere)) == []
