@@ -41,6 +41,9 @@ description:
     and named in RV(msg); one a staging still builds, or that a link points at, is left and listed in
     RV(unfinished_left). Removal is relative to the opened O(envs_dir), only directly in it, never through a link,
     and each is looked at again right before it goes.
+  - With O(decide), an environment with a file C(<environment>.gpufleet-installing) next to it (the mark of the
+    in-place install of the role P(gpufleet.vllm.reinstall#role), left by a run killed during the install) is not the
+    target, whatever its C(RECORD) says.
   - O(envs_dir) itself may be a link (to a larger disk, for example); it is followed.
   - Fails when O(current_link) exists but is not a symbolic link (environments are switched by pointing that link at
     them), and when O(envs_dir) holds more than O(max_entries) entries.
@@ -373,6 +376,8 @@ left:
   elements: str
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.integrity.fingerprint import check_environment
@@ -382,6 +387,10 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.stageplan import che
 from ansible_collections.gpufleet.vllm.plugins.module_utils.venvs import (
     EnvsError, check_decide_options, check_options, new_env_path, read_envs, read_link, remove_envs, remove_unfinished,
     shown)
+
+
+#: the file the reinstall role's in-place install puts next to the environment while it runs
+IN_PLACE_MARK = ".gpufleet-installing"
 
 
 def _lines(paths):
@@ -424,6 +433,11 @@ def _decide(module, envs_dir, current_env, reuse_env):
     # (a check that cannot run does not fail the task, as the role's failed_when false on the check modules did:
     # that environment is then not the target)
     def integrity(venv):
+        if os.path.lexists(venv.rstrip("/") + IN_PLACE_MARK):
+            # (the reinstall role's in-place install marks the environment so while it runs: one killed during it
+            # leaves the mark, and what the environment holds may be half copied whatever vLLM's RECORD says)
+            return could_not_check("An in-place install into %s did not finish (%s%s is there): it is not the target "
+                                   "whatever it holds." % (venv, venv.rstrip("/"), IN_PLACE_MARK))
         try:
             result = check_installed(dist_name=p["package"], venv=venv, uv_cache_dirs=p["uv_cache_dir"],
                                      max_list=p["check_max_list"], timeout=p["check_timeout"])

@@ -184,3 +184,66 @@ def test_a_build_runs_with_the_roles_values_and_a_failure_leaves_nothing(hosts):
     assert "gpufleet-no-such-package" in failed
     assert failed.endswith("was removed; the service and %s were not touched." % (envs / CURRENT)), failed
     assert sorted(os.listdir(str(envs))) == sorted([CURRENT, EARLIER, os.path.basename(built["staged"])])
+
+
+IN_PLACE = """
+- name: In place, {name}
+  hosts: localhost
+  gather_facts: false
+  check_mode: true
+  vars:
+    fleet_envs_dir: {envs}
+    fleet_current_link: {current}
+    fleet_previous_link: {previous}
+    reinstall_mode: in_place
+    reinstall_resolve: false
+    reinstall_locked: false
+    reinstall_version: "0.33.0"
+    reinstall_uv_cache_dir: {cache}
+    reinstall_min_free_mib: 0
+  tasks:
+    - name: Resolve and decide
+      block:
+        - name: Resolve
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.reinstall
+            tasks_from: resolve
+        - name: Stage
+          ansible.builtin.include_role:
+            name: gpufleet.vllm.reinstall
+            tasks_from: stage
+      rescue:
+        - name: Go on (what comes after the decision is not under test)
+          ansible.builtin.debug:
+            msg: "{{{{ ansible_failed_result.msg | default('') }}}}"
+      always:
+        - name: Keep what it decided
+          ansible.builtin.set_fact:
+            errors: "{{{{ errors | default({{}}) | combine({{'{name}': reinstall_stage_action | default('unset')}}) }}}}"
+"""
+
+
+def test_in_place_an_install_that_did_not_finish_is_done_again_though_vllm_is_pristine(hosts):
+    # a run killed during the in-place install leaves install.yml's mark next to the environment: the next run
+    # installs again, although vLLM's own RECORD (all a run without a lock checks) says the target is there
+    tmp, envs = hosts
+
+    def decide(name):
+        return run_plays(IN_PLACE.format(
+            name=name, envs=json.dumps(str(envs)), current=json.dumps(str(tmp / "current")),
+            previous=json.dumps(str(tmp / "previous")), cache=json.dumps(str(tmp / "cache"))), str(tmp / "out"))[name]
+
+    assert decide("whole") == "none"
+    (envs / (CURRENT + ".gpufleet-installing")).write_text("in-place install began\n")
+    assert decide("interrupted") == "in_place"
+
+
+def test_the_in_place_install_is_marked_while_it_runs_and_unmarked_once_proved():
+    with open(os.path.join(REPO, "roles", "reinstall", "tasks", "install.yml")) as handle:
+        tasks = [task for task in yaml.safe_load(handle) if "block" in task][0]["block"]
+    mark = "{{ reinstall_current_env }}.gpufleet-installing"
+    assert tasks[0]["ansible.builtin.copy"]["dest"] == mark
+    # (after every install and every proof of it)
+    assert tasks[-1]["ansible.builtin.file"] == {"path": mark, "state": "absent"}
+    installs = [i for i, task in enumerate(tasks) if "ansible.builtin.command" in task]
+    assert installs and 0 < min(installs) and max(installs) < len(tasks) - 1

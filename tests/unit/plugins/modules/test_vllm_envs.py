@@ -634,3 +634,13 @@ def test_a_mark_that_is_a_link_still_marks_and_is_not_followed(run, fleet):
     code, res = run(dict(args, state="pruned", keep=10))
     assert code == 0 and res["unfinished_removed"] == [str(envs / KILLED)]
     assert (tmp / "elsewhere").read_text() == "not to be read\n"
+
+
+def test_decide_an_environment_whose_in_place_install_did_not_finish_is_not_the_target(run, staged):
+    tmp, envs, args = staged
+    (envs / (NEW + ".gpufleet-installing")).write_text("in-place install began\n")
+    code, res = run(args)
+    assert code == 0, res
+    assert res["action"] == "reuse" and res["env"] == str(envs / EARLIER)
+    assert res["current_check"]["check_error"] is True
+    assert "An in-place install into %s did not finish" % (envs / NEW) in res["current_check"]["msg"]
