@@ -22,6 +22,7 @@ import hashlib
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, printable_block
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import one_line as safe_one_line
 
 DIFFS_DIR = "diffs"
 #: Lines of each diff shown in the report (from its first hunk).
@@ -34,8 +35,9 @@ _RENAMED = "_renamed"
 
 
 def one_line(value):
-    """VALUE on one line, every control character and odd byte as a visible escape."""
-    return printable_block(value if isinstance(value, (str, bytes)) else str(value)).replace("\n", "\\n").replace("\t", "\\t")
+    """VALUE on one line, every control character, invisible character and odd byte as a visible escape
+    (safetext.one_line)."""
+    return safe_one_line(value)
 
 
 def md_text(value, block_start=False):
