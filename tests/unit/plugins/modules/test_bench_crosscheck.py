@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -313,3 +314,126 @@ def test_a_slow_server_is_still_a_regression_that_the_server_confirms(tmp_path, 
     judged = bench.compare(bench.summarize([level['row']]), BASELINE, model='sim-model')
     assert judged['regressed'] and not judged['inconclusive'], judged['message']
     assert "the server's own metrics agree" in judged['message']
+
+
+# ---------------------------------------------------------------------------
+# the role: a client that sleeps between requests, the host kept with a warning
+
+#: ``vllm bench serve`` as a client that sleeps SLEEP seconds before each request (as a client starved on a busy
+#: machine sends its next request late): real streaming requests to the server, a result file as vLLM writes it
+SLOW_CLIENT = r'''import http.client, json, os, sys, time, urllib.parse
+SLEEP = %r
+argv = sys.argv[1:]
+def arg(name):
+    return argv[argv.index(name) + 1]
+url = urllib.parse.urlsplit(arg('--base-url'))
+prompts, output_len = int(arg('--num-prompts')), int(arg('--random-output-len'))
+
+
+def one():
+    time.sleep(SLEEP)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    body = {'model': arg('--model'), 'prompt': 'hello world', 'max_tokens': output_len, 'stream': True,
+            'ignore_eos': True}
+    started = time.perf_counter()
+    conn.request('POST', '/v1/completions', json.dumps(body), {'Content-Type': 'application/json'})
+    answer = conn.getresponse()
+    first = None
+    tokens = 0
+    for line in answer:
+        line = line.strip()
+        if line.startswith(b'data: ') and line != b'data: [DONE]':
+            if first is None:
+                first = time.perf_counter()
+            tokens += 1
+    conn.close()
+    end = time.perf_counter()
+    return tokens, first - started, (end - first) / max(1, tokens - 1), end - started
+
+
+one()  # the initial test prompt
+started = time.perf_counter()
+runs = [one() for dummy in range(prompts)]
+duration = time.perf_counter() - started
+total = sum(run[0] for run in runs)
+result = {'date': '20261207-120000', 'backend': 'vllm', 'model_id': arg('--model'), 'num_prompts': prompts,
+          'max_concurrency': int(arg('--max-concurrency')), 'duration': duration, 'completed': prompts, 'failed': 0,
+          'total_input_tokens': 2 * prompts, 'total_output_tokens': total, 'request_throughput': prompts / duration,
+          'output_throughput': total / duration, 'total_token_throughput': (total + 2 * prompts) / duration,
+          'mean_ttft_ms': 1000 * sum(run[1] for run in runs) / prompts,
+          'mean_tpot_ms': 1000 * sum(run[2] for run in runs) / prompts,
+          'mean_e2el_ms': 1000 * sum(run[3] for run in runs) / prompts}
+with open(os.path.join(arg('--result-dir'), arg('--result-filename')), 'w') as handle:
+    json.dump(result, handle)
+'''
+
+ROLE_PLAY = """---
+- name: Benchmark
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: gpufleet.vllm.benchmark
+"""
+
+
+def role_world(tmp_path, url, sleep):
+    """A "bench environment" whose vllm is SLOW_CLIENT and whose site-packages hold the bench environment's
+    prometheus_client (vLLM's dependency, which parses the server's metrics)."""
+    prometheus = os.path.join(BENCH_ENV, 'lib', 'python3.11', 'site-packages', 'prometheus_client')
+    if not os.path.isdir(prometheus):
+        pytest.skip('no prometheus_client in %s (scripts/bootstrap.sh installs the bench environment)' % BENCH_ENV)
+    venv = tmp_path / 'bench-env'
+    site = venv / 'lib' / 'python3.11' / 'site-packages'
+    site.mkdir(parents=True)
+    (site / 'prometheus_client').symlink_to(prometheus)
+    script = venv / 'bin' / 'vllm'
+    script.parent.mkdir()
+    script.write_text('#!%s\n' % sys.executable + SLOW_CLIENT % sleep)
+    script.chmod(0o755)
+    model = tmp_path / 'model'
+    model.mkdir()
+    (model / 'config.json').write_text(json.dumps({'torch_dtype': 'bfloat16'}))
+    port = urllib.parse.urlsplit(url).port
+    return dict(benchmark_venv=str(venv), benchmark_port=port, benchmark_tokenizer=str(model),
+                benchmark_model='sim-model', benchmark_concurrency=[1], benchmark_prompts_min=4,
+                benchmark_output_len=OUTPUT_LEN, benchmark_input_len=2, benchmark_one_process=False,
+                benchmark_baselines={'sim-model': {'single_stream_tok_s': 30.0}},
+                benchmark_result_dir=str(tmp_path / 'host-results'), benchmark_local_results_dir=str(tmp_path / 'reports'),
+                benchmark_history_dir='', benchmark_report=False, benchmark_run_id='r1',
+                ansible_python_interpreter=sys.executable)
+
+
+def play(tmp_path, variables):
+    (tmp_path / 'play.yml').write_text(ROLE_PLAY)
+    (tmp_path / 'vars.json').write_text(json.dumps(variables))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(REPO, '.cache', 'collections'),
+               ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'), ANSIBLE_NOCOLOR='1', ANSIBLE_RETRY_FILES_ENABLED='0',
+               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.default', ANSIBLE_LOAD_CALLBACK_PLUGINS='0')
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', 'gpu-node-1,',
+                           '-c', 'local', '-e', '@' + str(tmp_path / 'vars.json'), str(tmp_path / 'play.yml')],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    summary = tmp_path / 'reports' / 'r1' / 'gpu-node-1' / 'summary.json'
+    return proc.returncode, ' '.join((proc.stdout + proc.stderr).split()), (
+        json.loads(summary.read_text()) if summary.exists() else None)
+
+
+def test_the_role_keeps_a_host_whose_client_slept_between_requests(tmp_path, standin):
+    # 48 tokens at 40 tok/s and 0.1 s to the first: 1.3 s per request, the server's 36.9 tok/s; sleeping 1.5 s
+    # before each request the client reads about 17 tok/s, far below the floor (27 tok/s)
+    code, out, summary = play(tmp_path, role_world(tmp_path, standin(), 1.5))
+    assert code == 0, out[-3000:]
+    assert summary['status'] == 'inconclusive', summary
+    assert 'WARNING: benchmark inconclusive, not a regression (the host is kept)' in out
+    # (the callback doubles the apostrophe of "server's")
+    assert 'own metrics say it generated 3' in out and 'measured 2 times' in out, out[-3000:]
+    level = summary['summary']['levels'][0]
+    assert level['crosscheck']['status'] == 'client_starved' and len(level['attempts']) == 1
+    assert (tmp_path / 'reports' / 'r1' / 'gpu-node-1' / 'c1.retry1.json').exists()
+
+
+def test_the_role_still_fails_a_slow_server_the_same_client_measures(tmp_path, standin):
+    # the slow build: 48 tokens at 16 tok/s, 3.1 s per request, 15.5 tok/s measured by the client and the server
+    code, out, summary = play(tmp_path, role_world(tmp_path, standin(slow=True), 0.0))
+    assert code != 0, out[-3000:]
+    assert summary['status'] == 'regressed', summary
+    assert 'Benchmark regression on gpu-node-1' in out and 'own metrics agree' in out, out[-3000:]
