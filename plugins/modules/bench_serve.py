@@ -603,7 +603,8 @@ def main():
         settings['read_metrics'], settings['crosscheck'] = make_crosscheck(params, metrics_url)
         settings['metrics_url'] = metrics_url
     sweep = bench_sweep.run_sweep(run, settings)
-    if params['crosscheck'] and params['crosscheck_retries']:
+    # (a failed sweep fails the host whatever its levels measured: nothing to measure again)
+    if params['crosscheck'] and params['crosscheck_retries'] and not sweep['failure']:
         measure_again(run, settings, sweep, params['crosscheck_retries'], deadline)
     sweep['files'] = dict((name, text) for name, text in sweep['files'].items() if len(text) <= MAX_RESULT_BYTES)
     result.update(sweep)
