@@ -310,6 +310,8 @@ files:
   description:
     - C(c<level>.json) to the text of that level's result file (as C(vllm bench serve) wrote it), and
       C(c<level>.log) to the command, exit status and last lines of output of the failed level.
+    - A level measured again (O(crosscheck_retries)) adds C(c<level>.retry<N>.json) (and C(c<level>.retry<N>.log)
+      when that run failed).
     - Files larger than 8 MB stay on the host and are left out.
   returned: always
   type: dict
