@@ -437,3 +437,86 @@ def test_the_role_still_fails_a_slow_server_the_same_client_measures(tmp_path, s
     assert code != 0, out[-3000:]
     assert summary['status'] == 'regressed', summary
     assert 'Benchmark regression on gpu-node-1' in out and 'own metrics agree' in out, out[-3000:]
+
+
+# ---------------------------------------------------------------------------
+# the sweep's side: the reads around each level, bounded, and what a failed read gives
+
+
+FIXTURE_C1 = os.path.join(REPO, 'tests', 'unit', 'plugins', 'filter', 'fixtures', 'vllm-0.33.0-c1.json')
+
+
+def test_the_sweep_reads_the_metrics_around_each_level_and_hands_them_to_the_cross_check(tmp_path):
+    events = []
+
+    def run_command(argv):
+        events.append('level')
+        target = os.path.join(argv[argv.index('--result-dir') + 1], argv[argv.index('--result-filename') + 1])
+        with open(FIXTURE_C1) as source, open(target, 'w') as handle:
+            handle.write(source.read())
+        return 0, '', ''
+
+    def read_metrics():
+        events.append('read')
+        return ('page %d' % len(events), None) if len(events) == 1 else (None, 'connection refused')
+
+    def check(level_row, before, after):
+        return {'status': 'seen', 'before': before, 'after': after, 'concurrency': level_row['concurrency']}
+
+    settings = dict(executable='/bench/bin/vllm', base_url='http://127.0.0.1:8000', model='m', tokenizer='/m',
+                    concurrency=[1], num_prompts=[4], input_len=8, output_len=8, result_dir=str(tmp_path),
+                    backend='vllm', endpoint='/v1/completions', seed=0, temperature=None, ignore_eos=True,
+                    trust_remote_code=False, extra_args=[], metadata={}, level_timeout=60, attempt=1,
+                    read_metrics=read_metrics, crosscheck=check)
+    swept = bench_sweep.run_sweep(run_command, settings)
+    assert events == ['read', 'level', 'read']
+    entry = swept['levels'][0]
+    assert entry['row']['crosscheck'] == {'status': 'seen', 'before': ('page 1', None),
+                                          'after': (None, 'connection refused'), 'concurrency': 1}
+    # a level measured again writes its own result file
+    assert entry['result_file'] == str(tmp_path / 'c1.retry1.json') and list(swept['files']) == ['c1.retry1.json']
+
+
+def test_a_metrics_page_the_runner_saved_is_read_bounded(tmp_path):
+    page = tmp_path / 'metrics-c1-before'
+    assert bench_sweep.read_metrics_file(str(page))[0] is None
+    page.write_text('vllm:x 1\n')
+    assert bench_sweep.read_metrics_file(str(page)) == ('vllm:x 1\n', None)
+    assert bench_sweep.read_metrics_file(str(page), max_bytes=4) == (None, 'the page is larger than 4 bytes')
+    (tmp_path / 'metrics-c1-before.error').write_text('URLError: <urlopen error [Errno 111] Connection refused>')
+    assert bench_sweep.read_metrics_file(str(page)) == (
+        None, 'URLError: <urlopen error [Errno 111] Connection refused>')
+
+
+def test_a_starved_level_is_measured_again_until_the_server_agrees_and_no_more(tmp_path):
+    verdicts = ['client_starved', 'agree', 'client_starved']
+
+    def run_command(argv):
+        target = os.path.join(argv[argv.index('--result-dir') + 1], argv[argv.index('--result-filename') + 1])
+        with open(FIXTURE_C1) as source, open(target, 'w') as handle:
+            handle.write(source.read())
+        return 0, '', ''
+
+    def check(level_row, before, after):
+        return {'status': verdicts.pop(0), 'server_tok_s': 80.0}
+
+    settings = dict(executable='/bench/bin/vllm', base_url='http://127.0.0.1:8000', model='m', tokenizer='/m',
+                    concurrency=[1], num_prompts=[4], input_len=8, output_len=8, result_dir=str(tmp_path),
+                    backend='vllm', endpoint='/v1/completions', seed=0, temperature=None, ignore_eos=True,
+                    trust_remote_code=False, extra_args=[], metadata={}, level_timeout=60,
+                    read_metrics=lambda: ('', None), crosscheck=check)
+    swept = bench_sweep.run_sweep(run_command, settings)
+    bench_serve.measure_again(run_command, settings, swept, 2, time.monotonic() + 600)
+    entry = swept['levels'][0]
+    # the second run agreed: kept, the first listed, no third run
+    assert entry['row']['crosscheck']['status'] == 'agree' and verdicts == ['client_starved']
+    assert [attempt['result_file'] for attempt in entry['row']['attempts']] == [str(tmp_path / 'c1.json')]
+    assert entry['row']['attempts'][0]['crosscheck']['status'] == 'client_starved'
+    assert entry['result_file'] == str(tmp_path / 'c1.retry1.json')
+    assert sorted(swept['files']) == ['c1.json', 'c1.retry1.json']
+    # no time left: not measured again, and the row says so
+    verdicts[:] = ['client_starved']
+    (tmp_path / 'late').mkdir()
+    again = bench_sweep.run_sweep(run_command, dict(settings, result_dir=str(tmp_path / 'late')))
+    bench_serve.measure_again(run_command, settings, again, 2, time.monotonic() - 1)
+    assert again['levels'][0]['row']['attempts'][0]['note'] == 'not measured again: sweep_timeout used up'
