@@ -66,9 +66,11 @@ MARKERS = ('o', 's', '^', 'D', 'v', 'P', '*', 'h')
 LINESTYLES = ('-', '--', '-.', ':')
 PASS = '#2ca02c'
 FAIL = '#d62728'
+# a figure below its floor that the server's own metrics do not confirm (the client was starved)
+DOUBT = '#e6a700'
 NEUTRAL = '#9e9e9e'
 BAND = '#2ca02c'
-PROBLEM_STATUSES = ('failed', 'regressed', 'incomplete')
+PROBLEM_STATUSES = ('failed', 'regressed', 'incomplete', 'inconclusive')
 
 
 class PlotUnavailable(RuntimeError):
@@ -130,10 +132,13 @@ def _baseline(entry):
         measured = bench._number((entry.get('summary') or {}).get(name))
         if expected is None or expected <= 0:
             expected = None
-        status = metric.get('status') if metric.get('status') in ('ok', 'above', 'regressed', 'not_measured') else None
+        status = metric.get('status') if metric.get('status') in (
+            'ok', 'above', 'regressed', 'inconclusive', 'not_measured') else None
         if expected is not None and measured is not None and tolerance is not None:
-            # the colour follows the figures drawn, whatever a hand-edited status says
-            status = 'regressed' if measured < expected * (1 - tolerance) else 'ok'
+            # the colour follows the figures drawn, whatever a hand-edited status says; below the floor,
+            # a shortfall the server's own figures did not confirm stays inconclusive
+            below = measured < expected * (1 - tolerance)
+            status = ('inconclusive' if status == 'inconclusive' else 'regressed') if below else 'ok'
         figures[name] = {'baseline': expected, 'measured': measured, 'status': status,
                          'percent': 100.0 * measured / expected if expected and measured is not None else None}
     model = verdict.get('baseline_model') or (entry.get('meta') or {}).get('model')
@@ -335,7 +340,7 @@ def _summary_panel(mpl, axis, data):
                 if figure['measured'] is not None:
                     notes.append('%s %s tok/s' % (label, _thousands(figure['measured'])))
                 continue
-            colour = FAIL if figure['status'] == 'regressed' else PASS
+            colour = {'regressed': FAIL, 'inconclusive': DOUBT}.get(figure['status'], PASS)
             axis.barh(row + offset, figure['percent'], height=0.38, color=colour, alpha=0.85, hatch=hatch,
                       gid='%s:%s' % (name, host['name']),
                       edgecolor='white' if hatch else colour, linewidth=0)
@@ -365,6 +370,7 @@ def _summary_panel(mpl, axis, data):
     axis.set_axisbelow(True)
     handles = [mpl['Patch'](facecolor=PASS, label='peak, at or above floor'),
                mpl['Patch'](facecolor=FAIL, label='below floor (regressed)'),
+               mpl['Patch'](facecolor=DOUBT, label='below floor, client starved (inconclusive)'),
                mpl['Patch'](facecolor=PASS, hatch='////', edgecolor='white', label='single stream (hatched)'),
                mpl['Patch'](facecolor=BAND, alpha=0.3, label='100% \u00b1 tolerance')]
     axis.legend(handles=handles, loc='upper center', bbox_to_anchor=(0.5, -0.08),
@@ -374,7 +380,7 @@ def _summary_panel(mpl, axis, data):
 def _title(data, run_id):
     hosts = data['hosts']
     counts = []
-    for status in ('failed', 'regressed', 'incomplete'):
+    for status in ('failed', 'regressed', 'incomplete', 'inconclusive'):
         number = sum(1 for host in hosts if host['status'] == status)
         if number:
             counts.append('%d %s' % (number, status))

@@ -184,3 +184,20 @@ def test_without_matplotlib_the_error_says_what_to_install(monkeypatch):
     assert 'requirements/control.txt' in str(exc.value) and 'control node' in str(exc.value)
     # what is drawn is still known
     assert len(bench_plot.plot_data(report_samples.three_hosts())['hosts']) == 3
+
+
+def test_a_shortfall_the_server_did_not_confirm_is_drawn_as_inconclusive_not_regressed():
+    entries = report_samples.three_hosts()
+    slow = entries[1]
+    slow['status'] = 'inconclusive'
+    slow['verdict']['metrics']['peak_tok_s']['status'] = 'inconclusive'
+    data = bench_plot.plot_data(entries)
+    node2 = [host for host in data['hosts'] if host['name'] == 'gpu-node-2'][0]
+    assert node2['label'] == 'gpu-node-2 (inconclusive)'
+    assert node2['figures']['peak_tok_s']['status'] == 'inconclusive'
+    figure = bench_plot.build_figure(entries, 'r1')
+    summary = panels(figure)['Hosts against baseline']
+    bar = by_gid(summary, 'peak_tok_s:gpu-node-2')
+    assert bar.get_facecolor()[:3] == pytest.approx((0xe6 / 255, 0xa7 / 255, 0x00 / 255))
+    assert 'below floor, client starved (inconclusive)' in [text.get_text() for text in summary.get_legend().get_texts()]
+    assert '1 inconclusive' in bench_plot._title(data, 'r1')
