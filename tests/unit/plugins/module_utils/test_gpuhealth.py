@@ -190,6 +190,12 @@ def test_descendants_bounded(tmp_path):
     assert gpuhealth.descendants(5, root2) == {5, 6}
 
 
+def test_descendants_bounded_among_siblings(tmp_path):
+    parents = dict((pid, 1) for pid in range(2, 30))
+    parents[1] = 0
+    assert len(gpuhealth.descendants(1, fake_proc(tmp_path, parents), max_found=5)) == 5
+
+
 def test_descendants_of_this_process_include_itself():
     assert os.getpid() in gpuhealth.descendants(os.getpid())
 
@@ -291,7 +297,9 @@ def test_an_error_other_than_not_supported_is_the_gpus_error():
     gpu = result["gpus"][0]
     # persistence mode answered GPU_IS_LOST: not "unknown", the GPU is in error
     assert gpu["error"]["name"] == "NVML_ERROR_GPU_IS_LOST"
-    assert result["healthy"] is False
+    assert result["healthy"] is False and result["changed"] is False
+    # (its clock event reasons, read before the error, are not read again: a GPU in error is judged by its error)
+    assert gpu["clocks_event_reason_samples"] == [0x40] and gpu["clocks_event_reason_window_s"] is None
 
 
 def test_older_throttle_call_and_unknowns():
@@ -427,9 +435,11 @@ def test_the_expected_gpu_count():
         "model after a restart: it must not be stopped"]
     assert result["summary"].startswith("1 GPU found where 2 are expected; the GPU healthy; not readable ")
     assert result["expected_gpu_count"] == 2
+    assert result["nvml_available"] is True and result["gpu_count"] == 1
     for expected in (1, 0, None):
         result = gpuhealth.check(DEFAULTS, set(), pynvml=CountingStub(1), expected_count=expected)
         assert result["healthy"] is True and result["summary"].startswith("the GPU healthy; "), expected
+        assert result["nvml_available"] is True and result["nvml_error"] is None
 
 
 def test_no_gpu_at_all_is_a_problem():
@@ -624,6 +634,13 @@ def test_at_once(masks, thresholds, samples):
     assert gpu["clocks_event_reason_window_s"] is None
     counted = [n for n in gpu["clocks_event_reason_names"] if n in result["thresholds"]["throttle_reasons"]]
     assert result["healthy"] is (not counted)
+    assert all("held in most readings" not in p and "):" in p for p in result["problems"])
+
+
+def test_a_window_of_two_readings():
+    result, gpu, sleeps, reads = _judge([0x40, 0], clock_samples=2)
+    assert gpu["clocks_event_reason_samples"] == [0x40, 0] and sleeps == [0.5] and len(reads) == 2
+    assert result["healthy"] is True and "HW thermal slowdown 1 of 2 readings" in result["notes"][0]
 
 
 def test_a_reading_that_fails_mid_window_ends_it():
@@ -647,6 +664,10 @@ def test_the_window_is_bounded_in_real_time():
     gpu = result["gpus"][0]
     assert gpu["clocks_event_reason_samples"] == [0x40, 0, 0x40, 0]
     assert 0.1 <= gpu["clocks_event_reason_window_s"] < 60
+    # (2 of 4 is not most: a note, with the window's real length)
+    assert result["notes"] == ["GPU 0 (bus 18): clocks held down for a moment only (HW thermal slowdown 2 of 4 readings "
+                               "over %.1f s): a reason that comes and goes under load counts only when it holds in "
+                               "most readings" % gpu["clocks_event_reason_window_s"]]
 
 
 @pytest.mark.parametrize("mask, names", [
