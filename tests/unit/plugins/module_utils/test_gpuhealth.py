@@ -608,7 +608,7 @@ def test_a_momentary_power_brake_is_a_note_not_a_problem():
 
 
 def test_a_transient_reason_held_in_most_readings_is_a_problem():
-    result, gpu, sleeps, reads = _judge([0x20, 0, 0x20, 0x20, 0])
+    result, gpu, dummy, dummy2 = _judge([0x20, 0, 0x20, 0x20, 0])
     assert gpu["clocks_event_reason_samples"] == [0x20, 0, 0x20, 0x20]
     assert result["problems"][0].startswith(
         "GPU 0 (bus 18): clocks held down by SW thermal slowdown (the reasons counted as problems: hw_slowdown, "
@@ -617,7 +617,7 @@ def test_a_transient_reason_held_in_most_readings_is_a_problem():
 
 
 def test_two_of_four_is_not_most():
-    result, gpu, sleeps, reads = _judge([0x4, 0, 0x4, 0], clock_samples=4, throttle_reasons=["sw_power_cap"])
+    result, gpu, dummy, dummy2 = _judge([0x4, 0, 0x4, 0], clock_samples=4, throttle_reasons=["sw_power_cap"])
     assert gpu["clocks_event_reason_samples"] == [0x4, 0, 0x4, 0] and result["healthy"] is True
     assert "SW power cap 2 of 4 readings" in result["notes"][0]
 
@@ -629,7 +629,7 @@ def test_two_of_four_is_not_most():
     ([0x1, 0x40, 0x40], {}, [0x1]),  # idle at the first reading
 ])
 def test_at_once(masks, thresholds, samples):
-    result, gpu, sleeps, reads = _judge(masks, **thresholds)
+    result, gpu, sleeps, dummy = _judge(masks, **thresholds)
     assert gpu["clocks_event_reason_samples"] == samples and sleeps == []
     assert gpu["clocks_event_reason_window_s"] is None
     counted = [n for n in gpu["clocks_event_reason_names"] if n in result["thresholds"]["throttle_reasons"]]

@@ -400,7 +400,7 @@ def test_required_names_are_checked(lib_dir, state_file):
 
 def test_temperature_through_the_current_call(lib_dir, state_file):
     set_state(state_file, gpu__3__temperature_c=91)
-    rc, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
+    dummy, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
     assert [g["temperature_source"] for g in res["gpus"]] == ["nvmlDeviceGetTemperatureV"] * 8
     assert res["gpus"][3]["temperature_c"] == 91 and "91 C, above the limit of 85 C" in res["problems"][0]
 
@@ -408,7 +408,7 @@ def test_temperature_through_the_current_call(lib_dir, state_file):
 def test_temperature_falls_back_to_the_old_call(lib_dir, state_file):
     # a driver without nvmlDeviceGetTemperatureV (pynvml raises FunctionNotFound)
     set_state(state_file, temperature_v=0, gpu__3__temperature_c=91)
-    rc, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
+    dummy, res = run_module({"fail_when_unhealthy": False}, state_file, lib_dir)
     assert [g["temperature_source"] for g in res["gpus"]] == ["nvmlDeviceGetTemperature"] * 8
     assert res["gpus"][3]["temperature_c"] == 91 and "91 C, above the limit of 85 C" in res["problems"][0]
     assert all("temperature" not in g["unknown"] for g in res["gpus"])
