@@ -346,8 +346,9 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
             if _recorded(entry):
                 lines.extend(['', 'Record mode, not gated; against the current baseline: %s' % _cell(verdict['message'])])
             else:
-                lines.extend(['', '%s: %s' % ('**Regression**' if verdict.get('regressed') else 'Baseline',
-                                              _cell(verdict['message']))])
+                label = ('**Regression**' if verdict.get('regressed')
+                         else '**Inconclusive**' if verdict.get('inconclusive') else 'Baseline')
+                lines.extend(['', '%s: %s' % (label, _cell(verdict['message']))])
         for problem in entry.get('problems') or []:
             lines.extend(['', 'Unreadable: %s' % _cell(problem)])
     if trend:

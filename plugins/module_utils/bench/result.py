@@ -617,7 +617,7 @@ def compare(summary, baselines, model=None, tolerance=0.10, quantization=None):
             message += ' (inconclusive besides: %s)' % '; '.join(inconclusive)
     elif inconclusive:
         message = ('inconclusive, not a regression: the client that measured was starved. Against the baseline of '
-                   '%s: %s. Benchmark this host again on a quieter machine (gpufleet.vllm.benchmark)'
+                   '%s: %s. Benchmark this host again when less runs beside the client (gpufleet.vllm.benchmark)'
                    % (label, '; '.join(inconclusive)))
     else:
         parts = ['%s %s tok/s (baseline %s)' % (METRIC_LABELS[name], _fmt(entry['measured']), _fmt(entry['baseline']))

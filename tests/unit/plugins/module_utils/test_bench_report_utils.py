@@ -341,3 +341,11 @@ def test_results_are_neither_written_nor_read_through_a_link(tmp_path):
     with pytest.raises(bench_report.HistoryError, match='c1.json is a symbolic link: results are written only'):
         bench_report.plan_results(str(run), [{'host': 'gpu-node-1', 'files': {'c1.json': '{}'}}])
     assert os.listdir(str(elsewhere)) == []
+
+
+def test_render_markdown_names_an_inconclusive_verdict_as_such():
+    starved = entry(status='inconclusive', verdict={'regressed': False, 'inconclusive': True,
+                                                    'message': 'inconclusive, not a regression: the client was starved'})
+    md = bench_report.render_markdown([starved], 'r1')
+    assert '\n**Inconclusive**: inconclusive, not a regression: the client was starved\n' in md
+    assert 'Baseline: inconclusive' not in md and '**Regression**' not in md
