@@ -66,3 +66,34 @@ def test_docs_modules_lists_exactly_what_the_collection_exports(kind):
     assert not sorted(have - documented), "docs/modules.md has no %s row for %s" % (kind, sorted(have - documented))
     assert not sorted(documented - have), "docs/modules.md lists the %ss %s, which the collection does not export" % (
         kind, sorted(documented - have))
+
+
+def _internal_plugins():
+    """What carries the doc fragment gpufleet.vllm.internal: modules by their file, filters by their docs."""
+    found = set()
+    for path in glob.glob(os.path.join(REPO, "plugins", "modules", "*.py")) + glob.glob(
+            os.path.join(REPO, "plugins", "filter", "*.yml")):
+        with open(path, encoding="utf-8") as handle:
+            if "gpufleet.vllm.internal" in handle.read():
+                found.add(os.path.splitext(os.path.basename(path))[0])
+    return found
+
+
+def test_docs_modules_lists_the_internal_plugins_apart_from_the_operator_tools():
+    with open(os.path.join(REPO, "docs", "modules.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    operator, _sep, rest = text.partition("\n## Internal plugins\n")
+    internal_part = rest.partition("\n## ")[0]
+    names = {}
+    for part, body in (("operator", operator), ("internal", internal_part)):
+        names[part] = set()
+        for cell in re.findall(r"^\| \w+ \| ([^|]+) \|", body, re.M):
+            names[part].update(re.findall(r"`(?:gpufleet\.vllm\.)?(\w+)`", cell))
+    marked = _internal_plugins()
+    assert marked, "no plugin carries the internal doc fragment"
+    assert not sorted(marked - names["internal"]), "internal, but not under 'Internal plugins': %s" % sorted(
+        marked - names["internal"])
+    assert not sorted(names["internal"] - marked), "under 'Internal plugins' without the internal fragment: %s" % sorted(
+        names["internal"] - marked)
+    assert not sorted(names["operator"] & marked), "internal plugins among the operator tools: %s" % sorted(
+        names["operator"] & marked)
