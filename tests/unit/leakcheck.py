@@ -55,11 +55,20 @@ def carrying(value=None, exclude=()):
     return sorted(found)
 
 
+def started_by(pid):
+    """The test that started PID, as pytest named it in the PYTEST_CURRENT_TEST the process inherited, or ''."""
+    for entry in _read("/proc/%d/environ" % pid, MAX_ENVIRON).split(b"\0"):
+        if entry.startswith(b"PYTEST_CURRENT_TEST="):
+            return entry.split(b"=", 1)[1].decode("utf-8", "replace")[:300]
+    return ""
+
+
 def describe(pid):
-    """'PID: command line' (cut to 200 characters), or 'PID: (gone)'."""
+    """'PID: command line' (cut to 200 characters), or 'PID: (gone)', and the test that started it."""
     words = _read("/proc/%d/cmdline" % pid, 4096).split(b"\0")
     line = " ".join(word.decode("utf-8", "replace") for word in words if word)
-    return "%d: %s" % (pid, line[:200] or "(gone)")
+    test = started_by(pid)
+    return "%d: %s%s" % (pid, line[:200] or "(gone)", " (started by %s)" % test if test else "")
 
 
 def kill(pids, timeout=GRACE_SECONDS):

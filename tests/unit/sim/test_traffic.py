@@ -173,8 +173,12 @@ def test_all_ok_against_a_running_standin_and_the_json_shape(standin, tmp_path):
     assert (data["url"], data["rate"], data["max_tokens"]) == (url, 10.0, 8)
     assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", data["started"]) and data["ended"] >= data["started"]
     # 8 tokens at 100/s after a 0.02 s first token: about 0.1 s each
-    assert 0.05 < data["latency_s"]["p50"] <= data["latency_s"]["p99"] <= data["latency_s"]["max"] < 2
-    assert 0 < data["ttft_s"]["p50"] <= data["ttft_s"]["p99"] < data["latency_s"]["p50"]
+    # (at least the stand-in's pace; the upper bound only says the figures are seconds, a busy machine stalls)
+    assert 0.05 < data["latency_s"]["p50"] <= data["latency_s"]["p99"] <= data["latency_s"]["max"] < 60
+    # (each request's first token comes before its end: the same order holds for the median and the maximum,
+    # whatever the machine does; a p99 against a p50 would need a quiet machine)
+    assert 0 < data["ttft_s"]["p50"] <= data["ttft_s"]["p99"] <= data["latency_s"]["max"]
+    assert data["ttft_s"]["p50"] <= data["latency_s"]["p50"]
     assert len(data["requests"]) == data["sent"]
     assert all(r["status"] == 200 and r["tokens"] == 8 and r["reason"] is None for r in data["requests"])
     times = [r["t"] for r in data["requests"]]
