@@ -28,6 +28,21 @@ fields that vLLM itself sends, and it behaves like a real server over time:
   ``n * r <= cap``, and ``cap / n`` tokens/s each beyond that (``n`` counts
   running sequences; more than ``--max-num-seqs`` requests wait).
 
+Answers right or wrong (the quality gate, module ``vllm_quality_info``):
+a completion with ``temperature`` 0 (greedy) is a deterministic function of
+the model directory's contents and the prompt, so the same model answers
+the same every time and another or damaged one answers differently. As
+vLLM does, ``/v1/completions`` answers ``return_token_ids`` (the choice's
+``token_ids`` and ``prompt_token_ids``), ``logprobs`` (``text_offset``,
+``token_logprobs``, ``tokens``, ``top_logprobs``; the tokens as
+``token_id:N`` with ``return_tokens_as_token_ids``) and ``prompt_logprobs``
+(a list with None first, then per prompt token ``{"<id>": {"logprob",
+"rank", "decoded_token"}}``), each logprob a deterministic function of the
+model directory and the tokens; ``prompt_logprobs`` with ``stream`` is
+refused with 400, as vLLM refuses it. The fault ``incoherent_venv`` makes
+one build answer as a model that lost its weights' meaning: other greedy
+answers and a passage's mean negative log-likelihood near ln(vocabulary).
+
 Endpoints: ``GET /health``, ``GET /ping``, ``GET /version``, ``GET /load``,
 ``GET /v1/models``, ``POST /v1/completions`` (streaming and not),
 ``POST /v1/chat/completions`` (streaming and not), ``POST /tokenize``,
@@ -126,6 +141,9 @@ and a rollback onto it succeeds::
     slow_venv=GLOB             stream at slow_tokens_per_second tokens/s per
     slow_tokens_per_second=N   stream (the benchmark regresses); slow_venv
                                without it is an error
+    incoherent_venv=GLOB       answer incoherently: other greedy answers and
+                               prompt logprobs near -ln(vocabulary) (the
+                               quality gate fails after the switch)
     release_seconds=N          every build: the VRAM release delay after
                                SIGTERM (overrides VLLM_STANDIN_RELEASE_SECONDS;
                                VRAM not freed in time)
@@ -152,6 +170,7 @@ import errno
 import fcntl
 import fnmatch
 import glob
+import hashlib
 import json
 import logging
 import math
@@ -364,6 +383,7 @@ class Settings:
         self.crash_at_start = self._venv_matches(faults.get("crash_at_start_venv", "").strip())
         self.no_vram = self._venv_matches(faults.get("no_vram_venv", "").strip())
         self.tamper = self._venv_matches(faults.get("tamper_venv", "").strip())
+        self.incoherent = self._venv_matches(faults.get("incoherent_venv", "").strip())
         slow_glob = faults.get("slow_venv", "").strip()
         if slow_glob:
             slow_rate = _fault_number(faults, "slow_tokens_per_second", None, minimum=0.001)
@@ -547,6 +567,48 @@ class FakeNvmlState:
             except (KeyError, ValueError):
                 continue
         return DEFAULT_TOTAL_MIB
+
+
+# ---------------------------------------------------------------------------
+# the simulated model's answers (greedy completions and logprobs)
+
+
+MODEL_KEY_MAX_FILES = 256
+MODEL_KEY_MAX_BYTES = 64 * 1024 * 1024
+
+
+def model_key(model, incoherent=False):
+    """A sha256 of the model directory's contents (its top-level files, links followed; names and sizes only beyond
+    64 MiB read), or of the model's name when it is no directory; another one for an incoherent build."""
+    digest = hashlib.sha256(b"incoherent\n" if incoherent else b"model\n")
+    try:
+        names = sorted(os.listdir(model))[:MODEL_KEY_MAX_FILES] if os.path.isdir(model) else None
+    except OSError:
+        names = None
+    if names is None:
+        digest.update(str(model).encode("utf-8", "replace"))
+        return digest.hexdigest()
+    budget = MODEL_KEY_MAX_BYTES
+    for name in names:
+        path = os.path.join(model, name)
+        if not os.path.isfile(path):
+            continue
+        size = os.path.getsize(path)
+        digest.update(("%s %d\n" % (name, size)).encode("utf-8", "replace"))
+        if size <= budget:
+            budget -= size
+            try:
+                with open(path, "rb") as handle:
+                    digest.update(handle.read(size))
+            except OSError:
+                pass
+    return digest.hexdigest()
+
+
+def _unit(*parts):
+    """A number in [0, 1) that is a deterministic function of PARTS."""
+    text = "\0".join(str(part) for part in parts).encode("utf-8", "replace")
+    return int(hashlib.sha256(text).hexdigest()[:13], 16) / float(16 ** 13)
 
 
 # ---------------------------------------------------------------------------
@@ -1092,12 +1154,20 @@ class Handler(BaseHTTPRequestHandler):
         prompts = _prompt_list(body.get("prompt"))
         prompt_lens = [len(p) if isinstance(p, list) else len(self.app.tokenizer.encode(p)) for p in prompts]
         job = Generation(self.app, body, prompt_lens, body.get("max_tokens"))
+        prompt_ids = [p if isinstance(p, list) else self.app.tokenizer.encode(p) for p in prompts]
+        _check_logprob_fields(body)
+        if body.get("temperature") == 0 and not isinstance(body.get("temperature"), bool):
+            per_prompt = job.choices // len(prompts)
+            job.greedy = [",".join(str(t) for t in prompt_ids[i // per_prompt]) for i in range(job.choices)]
         if body.get("stream"):
             self._stream_completion(job, model, body)
         else:
             job.run(None)
             choices = [{"index": i, "text": job.texts[i], "logprobs": None, "finish_reason": job.finish_reason,
                         "stop_reason": None, "prompt_logprobs": None} for i in range(job.choices)]
+            for i, choice in enumerate(choices):
+                _quality_fields(self.app, body, choice, prompt_ids[i * len(prompts) // job.choices],
+                                job.token_ids[i])
             self._send_json(200, {
                 "id": "cmpl-%s" % uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
                 "model": model, "choices": choices, "service_tier": None, "system_fingerprint": None,
@@ -1189,6 +1259,40 @@ def _usage_options(body):
     return include, include and bool(options.get("continuous_usage_stats"))
 
 
+def _check_logprob_fields(body):
+    """vLLM's checks of logprobs and prompt_logprobs (a RequestError of 400, with vLLM's words)."""
+    for name in ("prompt_logprobs", "logprobs"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < -1):
+            raise RequestError(400, "`%s` must be a positive value or -1." % name, param=name)
+    if body.get("prompt_logprobs") is not None and body.get("stream") and body["prompt_logprobs"] != 0:
+        raise RequestError(400, "`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs")
+
+
+def _quality_fields(app, body, choice, prompt_ids, token_ids):
+    """A non-streamed completion choice's return_token_ids, logprobs and prompt_logprobs, in vLLM's shapes."""
+    if body.get("return_token_ids"):
+        choice["token_ids"] = list(token_ids)
+        choice["prompt_token_ids"] = list(prompt_ids)
+    if body.get("logprobs") is not None:
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        tokens = ["token_id:%d" % t if as_ids else " " + app.tokenizer.id_to_token.get(t, "") for t in token_ids]
+        offsets, at = [], 0
+        for token in tokens:
+            offsets.append(at)
+            at += len(token)
+        choice["logprobs"] = {"text_offset": offsets, "token_logprobs": [-0.05] * len(tokens), "tokens": tokens,
+                              "top_logprobs": [{token: -0.05} for token in tokens]}
+    if body.get("prompt_logprobs") is not None:
+        entries = [None]
+        for position in range(1, len(prompt_ids)):
+            token_id = prompt_ids[position]
+            entries.append({str(token_id): {
+                "logprob": app.prompt_logprob(prompt_ids[position - 1], token_id, position), "rank": 1,
+                "decoded_token": app.tokenizer.id_to_token.get(token_id, "")}})
+        choice["prompt_logprobs"] = entries
+
+
 def _prompt_list(prompt):
     """The prompts of a completion request: str, [str], [int] or [[int]]."""
     if isinstance(prompt, str):
@@ -1265,6 +1369,7 @@ class Generation:
         self.texts = [""] * self.choices
         self.token_ids = [[] for dummy in range(self.choices)]
         self.offset = app.next_offset()
+        self.greedy = None  # per choice, the prompt whose greedy answer it is (a temperature-0 completion)
 
     def usage(self, produced=None):
         completion = (self.produced if produced is None else produced) * self.choices
@@ -1299,7 +1404,8 @@ class Generation:
                     deadline = time.monotonic()  # fell behind (CPU starved): do not burst
                 pieces = []
                 for index in range(self.choices):
-                    token_id, text = app.tokenizer.word(self.offset + index + step)
+                    token_id, text = (app.tokenizer.word(self.offset + index + step) if self.greedy is None
+                                      else app.greedy_word(self.greedy[index], step))
                     pieces.append((token_id, text))
                     self.texts[index] += text
                     self.token_ids[index].append(token_id)
@@ -1333,6 +1439,7 @@ class StandinApp:
         self.signalled = threading.Event()
         self.scheduler = Scheduler(settings, self.stopping)
         self.tokenizer = SimTokenizer(settings.model)
+        self.model_key = model_key(settings.model, getattr(settings, "incoherent", False))
         self.nvml = FakeNvmlState(settings.state_path)
         self.pid = os.getpid()
         self.vram_claimed = False
@@ -1350,6 +1457,19 @@ class StandinApp:
         if name in self.settings.served_names:  # like vLLM: served names only, not the path
             return name
         raise RequestError(404, "The model `%s` does not exist." % name, err_type="NotFoundError", param="model")
+
+    def greedy_word(self, prompt_key, step):
+        """(token id, text) of the STEP-th greedy token of a prompt: a function of the model and the prompt."""
+        words = self.tokenizer.words
+        return self.tokenizer.word(int(_unit(self.model_key, "answer", prompt_key, step) * len(words)))
+
+    def prompt_logprob(self, previous, token_id, position):
+        """The logprob of TOKEN_ID after PREVIOUS at POSITION: a function of the model and the tokens. A coherent
+        model gives -0.3 to -2.3; an incoherent one about -ln(vocabulary), as a model guessing at random."""
+        value = _unit(self.model_key, "logprob", previous, token_id, position)
+        if getattr(self.settings, "incoherent", False):
+            return -(math.log(max(16, len(self.tokenizer.id_to_token))) + 0.5 * value)
+        return -(0.3 + 2.0 * value)
 
     def next_offset(self):
         with self._lock:
