@@ -57,7 +57,10 @@ the client's tokenizer re-encodes N streamed pieces to N tokens. Without a
 tokenizer.json it counts whitespace/punctuation pieces.
 
 Every completion produces exactly ``max_tokens`` tokens (finish_reason
-``length``). Without ``max_tokens`` the simulated model stops (finish_reason
+``length``). A ``/v1/completions`` request that leaves ``max_tokens`` out
+gets vLLM's default of 16 (finish_reason ``length``, as the real engine
+answers). Without ``max_tokens`` (null, a chat completion, or a min_tokens
+above 16) the simulated model stops (finish_reason
 ``stop``) after ``VLLM_STANDIN_NATURAL_TOKENS`` tokens or ``min_tokens``,
 whichever is larger, unless ``ignore_eos`` is set (then it runs to the
 context limit, as vLLM does).
@@ -1153,7 +1156,7 @@ class Handler(BaseHTTPRequestHandler):
         model = self.app.check_model(body.get("model"))
         prompts = _prompt_list(body.get("prompt"))
         prompt_lens = [len(p) if isinstance(p, list) else len(self.app.tokenizer.encode(p)) for p in prompts]
-        job = Generation(self.app, body, prompt_lens, body.get("max_tokens"))
+        job = Generation(self.app, body, prompt_lens, _completion_max_tokens(body))
         prompt_ids = [p if isinstance(p, list) else self.app.tokenizer.encode(p) for p in prompts]
         _check_logprob_fields(body)
         if body.get("temperature") == 0 and not isinstance(body.get("temperature"), bool):
@@ -1257,6 +1260,22 @@ def _usage_options(body):
         options = {}
     include = bool(options.get("include_usage"))
     return include, include and bool(options.get("continuous_usage_stats"))
+
+
+#: vLLM's default max_tokens of /v1/completions (a field default of its request model): a request that leaves the
+#: field out gets 16 tokens and ends with finish_reason "length", as the real engine does
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+def _completion_max_tokens(body):
+    """max_tokens of a /v1/completions body: vLLM's default 16 when the field is left out (an explicit null, or a
+    min_tokens above 16, keeps the simulated model's natural stop: the stand-in is lenient where vLLM answers 400)."""
+    if "max_tokens" in body:
+        return body["max_tokens"]
+    min_tokens = body.get("min_tokens")
+    if isinstance(min_tokens, int) and not isinstance(min_tokens, bool) and min_tokens > COMPLETIONS_DEFAULT_MAX_TOKENS:
+        return None
+    return COMPLETIONS_DEFAULT_MAX_TOKENS
 
 
 def _check_logprob_fields(body):
