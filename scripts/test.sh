@@ -6,7 +6,7 @@
 #   antsibull-changelog lint,
 #   ansible-test sanity, collection build + install, molecule scenarios.
 # Usage: scripts/test.sh [STAGE ...]   (default: all stages, in order)
-#   stages: unit lint sanity build molecule
+#   stages: unit engine lint sanity build molecule
 # MOLECULE_SCENARIOS="default cleanup" limits the molecule stage;
 # GPUFLEET_UNIT_WORKERS=N runs the unit tests in N processes (default: one
 # per core; 0: in pytest's own process); GPUFLEET_MOLECULE_LANES=1 runs the
@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 
 STAGES=("$@")
-((${#STAGES[@]})) || STAGES=(unit lint sanity build molecule)
+((${#STAGES[@]})) || STAGES=(unit engine lint sanity build molecule)
 T_ALL=$(now)
 SUMMARY=()
 SCENARIO_TIMES=()
@@ -41,6 +41,13 @@ stage_unit() {
   # pytest exits 5 when it collected nothing: that is a failure here too
   # on every core (pytest-xdist); GPUFLEET_UNIT_WORKERS=0 runs them in this one process
   python -m pytest -q -p no:cacheprovider -n "${GPUFLEET_UNIT_WORKERS:-auto}" --dist worksteal tests/unit
+}
+
+stage_engine() {
+  # the real vLLM engine (the CPU build, installed by bootstrap) serving a
+  # generated model, and the stand-in, checked by the same client code; one
+  # process: the engine takes both cores while it loads (about 2-3 min in all)
+  python -m pytest -q -p no:cacheprovider -n 0 tests/engine
 }
 
 stage_lint() {
@@ -207,8 +214,8 @@ export GPUFLEET_HOST_IMAGE
 
 for stage in "${STAGES[@]}"; do
   case "$stage" in
-    unit|lint|sanity|build|molecule) run_stage "$stage" "stage_$stage" ;;
-    *) die "unknown stage '$stage' (unit lint sanity build molecule)" ;;
+    unit|engine|lint|sanity|build|molecule) run_stage "$stage" "stage_$stage" ;;
+    *) die "unknown stage '$stage' (unit engine lint sanity build molecule)" ;;
   esac
 done
 
