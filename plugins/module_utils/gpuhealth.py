@@ -215,8 +215,8 @@ def validate_required(required):
         return ["required must be a list of field names (%s); got %r" % (", ".join(sorted(REQUIRABLE)), required)]
     bad = [name for name in required if name not in REQUIRABLE]
     if bad:
-        return ["required has unknown fields %s; known: %s" % (", ".join(repr(n) for n in bad),
-                                                              ", ".join(sorted(REQUIRABLE)))]
+        return ["required has unknown fields %s; known: %s" % (
+            ", ".join(repr(n) for n in bad), ", ".join(sorted(REQUIRABLE)))]
     return []
 
 

@@ -419,8 +419,8 @@ def _unfinished(module, envs_dir, found, links, protect, facts):
     left = ["%s (%s)" % (path, why) for path, why in done["left"]]
     words = []
     if done["removed"]:
-        words.append("removed %d unfinished staging(s) a killed run left: %s" % (len(done["removed"]),
-                                                                                ", ".join(done["removed"])))
+        words.append("removed %d unfinished staging(s) a killed run left: %s" % (
+            len(done["removed"]), ", ".join(done["removed"])))
     if left:
         words.append("left %d unfinished staging(s): %s" % (len(left), "; ".join(left)))
     return done["removed"], left, "; ".join(words)

@@ -142,7 +142,7 @@ def check(row, before, after, tolerance=DEFAULT_TOLERANCE):
     reasons = []
     if ratio < 1 - tolerance:
         reasons.append('the client read %.1f tok/s, the server generated %.1f tok/s (%s) in that time'
-                       % (client_tok_s, server_tok_s,
+                       % (float(client_tok_s), float(server_tok_s),
                           'its requests one after another' if concurrency == 1 else
                           'its request latencies over concurrency %d' % concurrency))
     client_tpot, server_tpot = result['client_tpot_ms'], result['server_tpot_ms']
@@ -156,5 +156,5 @@ def check(row, before, after, tolerance=DEFAULT_TOLERANCE):
     else:
         result['status'] = 'agree'
         result['reason'] = ('the server\'s own metrics agree: %.1f tok/s%s'
-                            % (server_tok_s, ', %.1f ms per output token' % server_tpot if server_tpot else ''))
+                            % (float(server_tok_s), ', %.1f ms per output token' % server_tpot if server_tpot else ''))
     return result

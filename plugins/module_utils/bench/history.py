@@ -177,8 +177,8 @@ def checked_line(data):
         return None, 'without %s' % ', '.join(missing)
     schema = data['schema']
     if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA:
-        return None, 'schema %s, not %d' % (schema if isinstance(schema, int) and not isinstance(schema, bool)
-                                             else _json_type(schema), SCHEMA)
+        shown = schema if isinstance(schema, int) and not isinstance(schema, bool) else _json_type(schema)
+        return None, 'schema %s, not %d' % (shown, SCHEMA)
     line = {'schema': SCHEMA}
     for name, kind in FIELDS:
         value = data.get(name)

@@ -197,7 +197,7 @@ def test_a_shortfall_the_server_did_not_confirm_is_drawn_as_inconclusive_not_reg
     assert node2['figures']['peak_tok_s']['status'] == 'inconclusive'
     figure = bench_plot.build_figure(entries, 'r1')
     summary = panels(figure)['Hosts against baseline']
-    bar = by_gid(summary, 'peak_tok_s:gpu-node-2')
-    assert bar.get_facecolor()[:3] == pytest.approx((0xe6 / 255, 0xa7 / 255, 0x00 / 255))
+    drawn = by_gid(summary, 'peak_tok_s:gpu-node-2')
+    assert drawn.get_facecolor()[:3] == pytest.approx((0xe6 / 255, 0xa7 / 255, 0x00 / 255))
     assert 'below floor, client starved (inconclusive)' in [text.get_text() for text in summary.get_legend().get_texts()]
     assert '1 inconclusive' in bench_plot._title(data, 'r1')

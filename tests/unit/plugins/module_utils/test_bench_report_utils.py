@@ -106,11 +106,9 @@ def test_collect_run_status_comes_from_the_summary_when_the_file_has_none(tmp_pa
     run = tmp_path / 'run'
     for host, ok in (('good', True), ('bad', False)):
         (run / host).mkdir(parents=True)
-        (run / host / 'summary.json').write_text(json.dumps({'summary': {'ok': ok, 'levels': 'not a list',
-                                                                          'peak_tok_s': 'NaN',
-                                                                          'single_stream_tok_s': '82.5',
-                                                                          'peak_concurrency': 2.5,
-                                                                          'failed_requests': -1}}))
+        summary = {'ok': ok, 'levels': 'not a list', 'peak_tok_s': 'NaN', 'single_stream_tok_s': '82.5',
+                   'peak_concurrency': 2.5, 'failed_requests': -1}
+        (run / host / 'summary.json').write_text(json.dumps({'summary': summary}))
     (run / 'said' / 'summary.json').parent.mkdir()
     (run / 'said' / 'summary.json').write_text(json.dumps({'status': 'regressed', 'summary': {'levels': [1, {}]}}))
     entries = dict((entry['host'], entry) for entry in bench_report.collect_run(str(run)))

@@ -290,8 +290,8 @@ def test_a_starved_client_is_inconclusive_not_a_regression(tmp_path, standin, mo
     assert checked['client_tok_s'] < checked['server_tok_s'] * 0.9, checked
     # measured again (its own result file), still starved: the earlier run listed
     assert [attempt['result_file'] for attempt in level['row']['attempts']] == [str(tmp_path / 'results' / 'c1.json')]
-    assert level['result_file'].endswith('c1.retry1.json') and sorted(result['files']) == ['c1.json',
-                                                                                            'c1.retry1.json']
+    assert level['result_file'].endswith('c1.retry1.json')
+    assert sorted(result['files']) == ['c1.json', 'c1.retry1.json']
     judged = bench.compare(bench.summarize([level['row']]), BASELINE, model='sim-model')
     assert not judged['regressed'] and judged['inconclusive'], judged['message']
     assert 'the client that measured was starved' in judged['message']
