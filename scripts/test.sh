@@ -40,7 +40,8 @@ run_stage() {
 stage_unit() {
   # pytest exits 5 when it collected nothing: that is a failure here too
   # on every core (pytest-xdist); GPUFLEET_UNIT_WORKERS=0 runs them in this one process
-  python -m pytest -q -p no:cacheprovider -n "${GPUFLEET_UNIT_WORKERS:-auto}" --dist worksteal tests/unit
+  # (the 15 slowest tests are listed at the end: where the stage's time goes)
+  python -m pytest -q -p no:cacheprovider -n "${GPUFLEET_UNIT_WORKERS:-auto}" --dist worksteal --durations=15 tests/unit
 }
 
 stage_engine() {
