@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+import unicodedata
 
 LINE_BREAKS = u"\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
@@ -127,18 +128,32 @@ def value_problems(values, options=(), quoted=(),
 
 
 # Kept in a block: the line break and the tab. Escaped: every other C0 character (ESC of a terminal escape, CR, NUL),
-# DEL, C1, the Unicode line and paragraph separators, the bidirectional marks, overrides and isolates (they reorder
-# what a reader sees: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), the zero-width and invisible characters
-# (U+200B-U+200D, U+2060-U+2064, U+FEFF, the soft hyphen U+00AD, the combining grapheme joiner U+034F, the Hangul
-# and Khmer fillers, the Mongolian selectors U+180B-U+180E, the interlinear annotation marks U+FFF9-U+FFFB and the
-# tag characters U+E0000-U+E007F: they hide text or make two names look alike), and surrogates (bytes that were not
-# UTF-8, decoded with surrogateescape).
-_BLOCK_UNSAFE = re.compile(u"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180e"
-                           u"\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2064\u2066-\u2069\u3164\ufeff\uffa0"
-                           u"\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
+# DEL, C1, the Unicode line and paragraph separators, every format character (Unicode category Cf: the bidirectional
+# marks, overrides and isolates that reorder what a reader sees, U+200B-U+200D, U+2060-U+2064, U+FEFF, the soft
+# hyphen, the interlinear annotation marks, the tag characters, the shorthand and musical format controls) and every
+# other Default_Ignorable_Code_Point of Unicode, listed below because they are not Cf (the variation selectors
+# U+FE00-U+FE0F and U+E0100-U+E01EF, the combining grapheme joiner U+034F, the Hangul and Khmer fillers, the Mongolian
+# selectors U+180B-U+180F, and the unassigned ignorable code points such as U+2065 and U+E0080-U+E0FFF): they render
+# as nothing, so they hide text or make two names look alike. Surrogates (bytes that were not UTF-8, decoded with
+# surrogateescape) too. Private-use and other unassigned characters stay: a font may draw them, and this Python's
+# Unicode tables may predate a character a host sends.
+_IGNORABLE = re.compile(u"[\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        u"\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8"
+                        u"\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+# categories escaped wherever they are: controls, format characters, surrogates, line and paragraph separators
+_UNSAFE_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+# the candidates: everything but the printable ASCII, the line break and the tab (judged one by one)
+_CANDIDATE = re.compile(u"[^\t\n\x20-\x7e]")
+
+
+def _unsafe(char):
+    """Whether CHAR is shown escaped in a block (see above)."""
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES or _IGNORABLE.match(char) is not None
 
 
 def _block_escape(match):
+    if not _unsafe(match.group()):
+        return match.group()
     code = ord(match.group())
     if 0xDC80 <= code <= 0xDCFF:
         return "\\x%02x" % (code - 0xDC00)
@@ -154,16 +169,17 @@ def printable_block(text):
 
     Line breaks (\\n) and tabs stay. Every other control character (the ESC
     of a terminal escape, a carriage return, NUL, DEL, C1, the Unicode line
-    and paragraph separators), the bidirectional marks and overrides, the
-    zero-width and other invisible characters (U+200B, U+2060, U+FEFF) and
-    each byte that was not UTF-8 are shown as backslash escapes (\\x1b,
+    and paragraph separators), every format character (Unicode category Cf:
+    the bidirectional marks and overrides, U+200B, U+2060, U+FEFF), every
+    other default-ignorable character (the variation selectors U+FE0F and
+    U+E0100-U+E01EF, the fillers) and each byte that was not UTF-8 are shown as backslash escapes (\\x1b,
     \\x0d, \\xff, \\u202e, \\u200b), so what a reader sees is what the file holds.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
     elif not isinstance(text, str):
         text = str(text)
-    return _BLOCK_UNSAFE.sub(_block_escape, text)
+    return _CANDIDATE.sub(_block_escape, text)
 
 
 def one_line(value):

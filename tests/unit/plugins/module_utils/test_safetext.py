@@ -65,3 +65,41 @@ def test_printable_block_shows_zero_width_and_bidi_marks_as_escapes(char):
 ])
 def test_markdown_inline_leaves_no_markup_of_the_hosts_text(text, expected):
     assert safetext.markdown_inline(text, block_start=True) == expected
+
+
+# Every Default_Ignorable_Code_Point of Unicode (DerivedCoreProperties.txt) that an earlier list missed, and the
+# format characters (category Cf) beyond it: each renders as nothing, so "kimi" + U+FE0F looked like "kimi".
+MISSED_RANGES = [(0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x180F, 0x180F), (0x2065, 0x2065), (0x206A, 0x206F),
+                 (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0080, 0xE0FFF), (0xFFF0, 0xFFF8),
+                 (0x0600, 0x0605), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x110BD, 0x110BD)]
+
+
+def _escaped(code):
+    if code < 0x100:
+        return "\\x%02x" % code
+    return "\\U%08x" % code if code > 0xFFFF else "\\u%04x" % code
+
+
+def test_every_invisible_code_point_of_the_missed_ranges_is_escaped():
+    for first, last in MISSED_RANGES:
+        for code in range(first, last + 1):
+            char = chr(code)
+            assert safetext.printable_block(u"kimi%s\n" % char) == "kimi%s\n" % _escaped(code), hex(code)
+            assert safetext.one_line(u"kimi%s" % char) == "kimi%s" % _escaped(code), hex(code)
+
+
+def test_every_format_character_and_default_ignorable_of_this_python_is_escaped():
+    import unicodedata
+    for code in range(0x80, 0x110000):
+        char = chr(code)
+        if unicodedata.category(char) == "Cf":
+            assert safetext.one_line(char) == _escaped(code), hex(code)
+    assert safetext.one_line(u"kimi\ufe0f") == "kimi\\ufe0f"
+    # visible text is left alone: accents, CJK, emoji (the selector after it is shown), private use
+    assert safetext.one_line(u"caf\u00e9 \u4e2d \U0001f600 \ue000") == u"caf\u00e9 \u4e2d \U0001f600 \ue000"
+    assert safetext.one_line(u"\u2764\ufe0f") == u"\u2764\\ufe0f"
+
+
+def test_the_phases_callback_uses_the_same_escaping():
+    from ansible_collections.gpufleet.vllm.plugins.callback import phases
+    assert phases.printable_block is safetext.printable_block
