@@ -176,13 +176,41 @@ def _figure(value):
     return None if number is None else round(number, 1)
 
 
+def summary_figure(entry, name):
+    return bench._number(((entry or {}).get('summary') or {}).get(name))
+
+
+def _shown_figure(value):
+    return 'n/a' if value is None else '{:,.1f}'.format(value)
+
+
+def _trusted(summary):
+    """(SUMMARY with each figure its cross-check calls client_starved set to None, [(figure, why)]): a figure a
+    starved client read is lower than what the server did, and a baseline from it would pass a real regression."""
+    checks = summary.get('crosscheck') if isinstance(summary.get('crosscheck'), dict) else {}
+    kept, starved = dict(summary), []
+    for name in bench.COMPARED_METRICS:
+        check = checks.get(name)
+        if isinstance(check, dict) and check.get('status') == 'client_starved' and \
+                bench._number(summary.get(name)) is not None:
+            kept[name] = None
+            server = bench._number(check.get('server_tok_s'))
+            starved.append((name, 'left out: the client that measured it was starved (the server\'s own metrics: %s '
+                                  'tok/s); benchmark again with less beside the client' % _shown_figure(server)))
+    return kept, starved
+
+
 def record_table(entries):
     """{model: {quantisation: baseline}} from the hosts of a run that measured without failure.
 
     Each baseline: single_stream_tok_s and peak_tok_s (the median over the
     hosts of that model and quantisation), and ``recorded``: run, date,
-    the hosts with their own figures and builds, and the sweep. Returns
-    (table, skipped): skipped names each host left out and why.
+    the hosts with their own figures and builds, and the sweep. A figure
+    whose level's cross-check (the summary's ``crosscheck``) says
+    ``client_starved`` is left out (null in that host's row, not in the
+    median), and a host with no trusted figure left is left out whole.
+    Returns (table, skipped): skipped names each host and figure left out
+    and why.
     """
     groups, skipped = {}, []
     for entry in entries or []:
@@ -200,16 +228,26 @@ def record_table(entries):
         if not isinstance(quant, str) or not QUANT_NAME.match(quant):
             skipped.append('%s: the quantisation of %s is unknown (set benchmark_quantization)' % (host, model))
             continue
+        summary, starved = _trusted(summary)
+        for name, why in starved:
+            skipped.append('%s: its %s figure, %s tok/s: %s' % (host, bench.METRIC_LABELS[name],
+                                                               _shown_figure(summary_figure(entry, name)), why))
+        if all(bench._number(summary.get(name)) is None for name in bench.COMPARED_METRICS):
+            skipped.append('%s: no figure of its sweep can be trusted as a baseline%s' % (
+                host, ' (every one was measured by a starved client)' if starved else ''))
+            continue
         groups.setdefault(model, {}).setdefault(quant, []).append((host, meta, summary))
     table = {}
     for model in sorted(groups):
         for quant in sorted(groups[model]):
             hosts = groups[model][quant]
-            figures = {}
+            figures, fewer = {}, []
             for name in bench.COMPARED_METRICS:
                 values = [bench._number(summary.get(name)) for dummy, dummy2, summary in hosts]
                 values = [value for value in values if value is not None]
                 figures[name] = round(statistics.median(values), 1) if values else None
+                if len(values) < len(hosts):
+                    fewer.append('%s of %d' % (bench.METRIC_LABELS[name], len(values)))
             first = hosts[0][1]
             table.setdefault(model, {})[quant] = {
                 'single_stream_tok_s': figures['single_stream_tok_s'],
@@ -217,7 +255,8 @@ def record_table(entries):
                 'recorded': {
                     'run_id': bench_text(first.get('run_id')),
                     'date': bench_text(first.get('started')),
-                    'figures': 'median of %d host%s' % (len(hosts), '' if len(hosts) == 1 else 's'),
+                    'figures': 'median of %d host%s%s' % (len(hosts), '' if len(hosts) == 1 else 's',
+                                                           ' (%s: the others left out)' % ', '.join(fewer) if fewer else ''),
                     'hosts': [{'host': host, 'vllm_version': bench_text(meta.get('vllm_version')) or None,
                                'single_stream_tok_s': _figure(summary.get('single_stream_tok_s')),
                                'peak_tok_s': _figure(summary.get('peak_tok_s')),

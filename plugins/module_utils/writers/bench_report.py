@@ -130,8 +130,10 @@ def run(params, mode):
         record_name = None
         if params['record']:
             record_name = 'baselines.yml'
-            table, dummy = bench_baseline.record_table(entries)
+            table, left_out = bench_baseline.record_table(entries)
             record_result = (os.path.join(path, record_name), table)
+            for reason in left_out:
+                mode.warn('Not recorded as a baseline: %s.' % reason)
         png_data, outputs = None, []
         if png_name and params['render']:
             try:

@@ -234,6 +234,59 @@ def test_record_file_is_yaml_keyed_as_the_table_and_gates_the_next_run():
     assert verdict['checked'] is True and verdict['regressed'] is False
 
 
+def starved(entry, *names):
+    """ENTRY with the cross-check of NAMES' levels saying its client was starved (as bench_serve writes it)."""
+    entry['summary']['crosscheck'] = dict(
+        (name, {'status': 'client_starved' if name in names else 'agree', 'server_tok_s': 2400.0 if name == 'peak_tok_s'
+                else 84.0, 'reason': 'the client read less than the server generated'})
+        for name in bench.COMPARED_METRICS)
+    return entry
+
+
+def test_record_mode_leaves_out_what_a_starved_client_measured(tmp_path):
+    # three hosts: the second's single-stream level starved, the third's every level: neither figure may become
+    # the baseline (a starved figure is low, and a low baseline lets a real regression pass)
+    entries = [starved(recorded_entry('gpu-node-1', 82.0, 2276.0)), starved(recorded_entry('gpu-node-2', 41.0, 2290.0),
+                                                                             'single_stream_tok_s'),
+               starved(recorded_entry('gpu-node-3', 30.0, 900.0), 'single_stream_tok_s', 'peak_tok_s')]
+    table, skipped = bench_baseline.record_table(entries)
+    recorded = table['kimi-k2.5']['nvfp4']
+    single = [[row['output_tok_s'] for row in entry['summary']['levels'] if row['concurrency'] == 1][0]
+              for entry in entries]
+    assert recorded['single_stream_tok_s'] == round(single[0], 1)  # node-1 alone
+    assert recorded['peak_tok_s'] == round((entries[0]['summary']['peak_tok_s'] +
+                                            entries[1]['summary']['peak_tok_s']) / 2, 1)
+    assert [host['host'] for host in recorded['recorded']['hosts']] == ['gpu-node-1', 'gpu-node-2']
+    assert recorded['recorded']['hosts'][1]['single_stream_tok_s'] is None
+    assert recorded['recorded']['figures'] == 'median of 2 hosts (single stream of 1: the others left out)'
+    assert any(reason.startswith('gpu-node-2: its single stream figure, ') and 'starved' in reason and '84.0' in reason
+               for reason in skipped), skipped
+    assert 'gpu-node-3: no figure of its sweep can be trusted as a baseline (every one was measured by a starved ' \
+           'client)' in skipped
+    text = bench_baseline.render_record(entries, '20261206T020000Z', None)
+    assert '# Not recorded: gpu-node-2: its single stream figure' in text
+    assert '# Not recorded: gpu-node-3: no figure of its sweep can be trusted' in text
+    assert yaml.safe_load(text)['benchmark_baselines']['kimi-k2.5']['nvfp4']['single_stream_tok_s'] == round(single[0], 1)
+    # every host starved: nothing is recorded, and the file says why
+    text = bench_baseline.render_record([entries[2]], 'r', None)
+    assert '# No host of this run measured a baseline.' in text and 'gpu-node-3: no figure' in text
+
+
+def test_record_mode_names_the_starved_figures_in_the_tasks_warnings(tmp_path, run_module):
+    entries = [starved(recorded_entry('gpu-node-1', 82.0, 2276.0, quant='int4', status='ok')),
+               starved(recorded_entry('gpu-node-2', 41.0, 2290.0, quant='int4', status='ok'), 'single_stream_tok_s'),
+               starved(recorded_entry('gpu-node-3', 30.0, 900.0, quant='int4', status='ok'), 'single_stream_tok_s',
+                       'peak_tok_s')]
+    code, result = run_module({'path': str(tmp_path / 'r1'), 'results': [result_of(entry, 'r1') for entry in entries],
+                               'record': True, 'png': False})
+    assert code == 0, result
+    assert [host['host'] for host in result['baselines']['kimi-k2.5']['int4']['recorded']['hosts']] == \
+        ['gpu-node-1', 'gpu-node-2']
+    warnings = ' '.join(result.get('warnings') or [])
+    assert 'Not recorded as a baseline: gpu-node-2: its single stream figure' in warnings
+    assert 'Not recorded as a baseline: gpu-node-3: no figure of its sweep can be trusted' in warnings
+
+
 def test_record_file_keeps_hostile_names_as_text():
     entry = recorded_entry('gpu-node-1', 61.0, 1480.0, version='1.0\n"evil": true # x')
     entry['meta']['model'] = 'yes'
