@@ -41,7 +41,8 @@ history is never written or read outside the history directory.
   (matplotlib on the control node, like the report's figure)
 
 Bounds: a line is at most ``MAX_LINE_BYTES``; the lock is waited for at most
-``LOCK_SECONDS``; a figure that is not a finite number is None.
+``LOCK_SECONDS``; a figure that is not a finite number is None; a line with a
+figure above ``MAX_FIGURE`` (10,000,000 tok/s) is skipped and named.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -132,7 +133,10 @@ FIELDS = (
     ('single_stream_tok_s', FIGURE), ('peak_tok_s', FIGURE), ('peak_concurrency', COUNT),
     ('baseline_single_stream_tok_s', FIGURE), ('baseline_peak_tok_s', FIGURE), ('tolerance', FRACTION),
 )
-_KIND_WORDS = {TEXT: 'text', FIGURE: 'a number of at least 0', COUNT: 'a whole number of at least 0',
+#: the largest figure a line may hold (tok/s): a hundred times any fleet's; a larger one is a damaged or forged line,
+#: and would break the trend's arithmetic and its figure (an axis limit beyond a float)
+MAX_FIGURE = 1e7
+_KIND_WORDS = {TEXT: 'text', FIGURE: 'a number from 0 to 10,000,000 (tok/s)', COUNT: 'a whole number of at least 0',
                FRACTION: 'a number from 0 to 1'}
 
 
@@ -155,7 +159,7 @@ def _field(kind, value):
             return _text(value) or None, None
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         number = bench._number(value)
-        if kind == FIGURE and number is not None and number >= 0:
+        if kind == FIGURE and number is not None and 0 <= number <= MAX_FIGURE:
             return number, None
         if kind == COUNT and isinstance(value, int) and value >= 0:
             return value, None
@@ -451,10 +455,16 @@ def trend(lines, runs=5):
     return result
 
 
+#: a change beyond this many percent is shown as "more than" it (a first run near 0 tok/s makes any change huge)
+MAX_PERCENT = 10000
+
+
 def _percent(change):
     value = change * 100
     if abs(value) < 0.05:
         return '\u00b10.0 %'
+    if not abs(value) <= MAX_PERCENT:
+        return '%s%s %%' % ('more than +' if value > 0 else 'less than -', '{:,}'.format(MAX_PERCENT))
     return '%+.1f %%' % value
 
 

@@ -142,6 +142,11 @@ def run(params, mode):
                 plot_skipped = to_native(exc)
                 png_name = None
                 mode.warn('report.png was not drawn: %s. report.md was written without the figure.' % plot_skipped)
+            except Exception as exc:  # pylint: disable=broad-except
+                # (a figure is an extra: whatever breaks the drawing, the report is written without it)
+                plot_skipped = _plot_error(exc)
+                png_name = None
+                mode.warn('report.png was not drawn: %s. report.md was written without the figure.' % plot_skipped)
         if params['render']:
             markdown = bench_report.render_markdown(entries, run_id, title=params['title'], png_name=png_name,
                                                     plot_note=plot_skipped, trend=history['trend'] if history else None,
@@ -242,7 +247,15 @@ def _history(params, mode, entries, run_id, path, written, deadline, late):
             found['png'] = os.path.join(path, 'trend.png')
         except bench_plot.PlotUnavailable as exc:
             mode.warn('trend.png was not drawn: %s.' % to_native(exc))
+        except Exception as exc:  # pylint: disable=broad-except
+            found['png_data'], found['png'] = None, None
+            mode.warn('trend.png was not drawn: %s. report.md was written without the figure.' % _plot_error(exc))
     return found
+
+
+def _plot_error(exc):
+    """An error of the drawing as one line: its kind and message (a bug or a figure matplotlib refuses)."""
+    return bench_plot.bench_text('%s while drawing: %s' % (type(exc).__name__, to_native(exc)))[:300]
 
 
 def _with_planned(entries, planned, path):

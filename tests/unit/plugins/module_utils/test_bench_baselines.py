@@ -332,7 +332,8 @@ def test_history_read_skips_corrupt_lines_and_names_them(tmp_path):
     lines, problems = bench_history.read(str(path))
     assert [item['run_id'] for item in lines] == ['r1', 'r5']
     assert problems == ['%s:2: not JSON, skipped' % path, '%s:3: not a JSON object, skipped' % path,
-                        '%s:4: schema 9, not 1, skipped' % path, '%s:5: peak_tok_s is the text \'fast\', not a number of at least 0, skipped' % path,
+                        '%s:4: schema 9, not 1, skipped' % path,
+                        '%s:5: peak_tok_s is the text \'fast\', not a number from 0 to 10,000,000 (tok/s), skipped' % path,
                         '%s:6: without schema, host, model, status, skipped' % path,
                         '%s:7: not JSON, skipped' % path]
 
@@ -484,6 +485,54 @@ def test_module_records_appends_history_and_writes_the_trend(tmp_path, run_modul
     assert code == 0 and again['changed'] is False and again['history']['appended'] == [] and again['written'] == []
     lines, dummy = bench_history.read(str(history / 'gpu-node-1' / 'kimi-k2.5.int4.jsonl'))
     assert [item['run_id'] for item in lines] == ['20261201T020000Z', '20261202T020000Z', '20261203T020000Z']
+
+
+def test_a_huge_figure_in_the_history_no_longer_breaks_this_report_or_the_next(tmp_path, run_module):
+    pytest.importorskip('matplotlib')
+    target = tmp_path / 'history' / 'gpu-node-1' / 'kimi-k2.5.int4.jsonl'
+    target.parent.mkdir(parents=True)
+    target.write_text(json.dumps(line('r0')) + '\n' + json.dumps(dict(line('rx'), peak_tok_s=1.7976931348623157e308,
+                                                                     single_stream_tok_s=1.7976931348623157e308)) + '\n')
+    for run_id in ('r1', 'r2'):
+        entry = recorded_entry('gpu-node-1', 82.0, 2276.0, quant='int4', status='ok')
+        code, result = run_module({'path': str(tmp_path / run_id), 'results': [result_of(entry, run_id)],
+                                   'history_dir': str(tmp_path / 'history')})
+        assert code == 0, result
+        assert result['history']['problems'] == [
+            '%s:2: single_stream_tok_s is the number 1.7976931348623157e+308, not a number from 0 to 10,000,000 '
+            '(tok/s), skipped' % target]
+        assert os.path.getsize(str(tmp_path / run_id / 'trend.png')) > 1000
+        markdown = (tmp_path / run_id / 'report.md').read_text()
+        assert 'inf' not in result['history']['trend'][0] and '## Trend' in markdown
+
+
+@pytest.mark.parametrize('broken', ['trend', 'report'])
+def test_any_error_while_drawing_leaves_the_report_written_without_that_figure(tmp_path, run_module, monkeypatch,
+                                                                                 broken):
+    pytest.importorskip('matplotlib')
+    from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as bench_report_utils
+
+    def refuse(*args, **kwargs):
+        raise ValueError('Axis limits cannot be NaN or Inf')
+    if broken == 'trend':
+        monkeypatch.setattr(bench_history, 'render_trend_png', refuse)
+    else:
+        monkeypatch.setattr(bench_report_utils, 'render_png', refuse)
+    entry = recorded_entry('gpu-node-1', 82.0, 2276.0, quant='int4', status='ok')
+    code, result = run_module({'path': str(tmp_path / 'r1'), 'results': [result_of(entry, 'r1')],
+                               'history_dir': str(tmp_path / 'history')})
+    assert code == 0, result
+    markdown = (tmp_path / 'r1' / 'report.md').read_text()
+    name = 'trend.png' if broken == 'trend' else 'report.png'
+    assert not (tmp_path / 'r1' / name).exists()
+    assert '](%s)' % name not in markdown
+    assert ('%s was not drawn: ValueError while drawing: Axis limits cannot be NaN or Inf. report.md was written '
+            'without the figure.' % name) in result['warnings']
+    if broken == 'report':
+        assert result['png'] is None and 'ValueError' in result['plot_skipped']
+        assert (tmp_path / 'r1' / 'trend.png').exists()
+    else:
+        assert result['history']['png'] is None and (tmp_path / 'r1' / 'report.png').exists()
 
 
 def test_module_check_mode_appends_nothing(tmp_path, run_module):

@@ -38,11 +38,11 @@ BAD_LINES = [
     (dict(line('r2'), schema=True), "schema a boolean, not 1"),
     (dict(line('r2'), schema='1'), "schema the text '1', not 1"),
     (dict(line('r2'), schema=2), "schema 2, not 1"),
-    (dict(line('r2'), peak_tok_s=-5.0), "peak_tok_s is the number -5.0, not a number of at least 0"),
-    (dict(line('r2'), single_stream_tok_s='82'), "single_stream_tok_s is the text '82', not a number of at least 0"),
-    (dict(line('r2'), baseline_peak_tok_s=[1]), "baseline_peak_tok_s is a list, not a number of at least 0"),
+    (dict(line('r2'), peak_tok_s=-5.0), "peak_tok_s is the number -5.0, not a number from 0 to 10,000,000 (tok/s)"),
+    (dict(line('r2'), single_stream_tok_s='82'), "single_stream_tok_s is the text '82', not a number from 0 to 10,000,000 (tok/s)"),
+    (dict(line('r2'), baseline_peak_tok_s=[1]), "baseline_peak_tok_s is a list, not a number from 0 to 10,000,000 (tok/s)"),
     (dict(line('r2'), baseline_single_stream_tok_s=True),
-     "baseline_single_stream_tok_s is a boolean, not a number of at least 0"),
+     "baseline_single_stream_tok_s is a boolean, not a number from 0 to 10,000,000 (tok/s)"),
     (dict(line('r2'), peak_concurrency=64.5), "peak_concurrency is the number 64.5, not a whole number of at least 0"),
     (dict(line('r2'), peak_concurrency=-1), "peak_concurrency is the number -1, not a whole number of at least 0"),
     (dict(line('r2'), tolerance=1.5), "tolerance is the number 1.5, not a number from 0 to 1"),
@@ -221,3 +221,40 @@ def test_a_link_swapped_in_while_a_run_waits_for_the_lock_is_not_followed(tmp_pa
     kept = [json.loads(text)['run_id'] for text in (history / 'moved' / 'kimi-k2.5.int4.jsonl').read_text().splitlines()]
     assert kept[-1] == 'r9'
     assert not [name for name in os.listdir(str(history / 'moved')) if name.startswith('.gpufleet-tmp-')]
+
+
+# --------------------------------------------------------------------------- figures beyond any fleet's
+
+
+@pytest.mark.parametrize('name', ['single_stream_tok_s', 'peak_tok_s', 'baseline_single_stream_tok_s',
+                                  'baseline_peak_tok_s'])
+@pytest.mark.parametrize('value', [1.7976931348623157e308, 1e308, 10000000.5])
+def test_a_figure_beyond_the_bound_is_skipped_and_named(tmp_path, name, value):
+    path = tmp_path / 'gpu-node-1' / 'kimi-k2.5.int4.jsonl'
+    write_lines(path, [line('r1'), dict(line('r2'), **{name: value}), line('r3', peak=2200.0)])
+    lines, problems = bench_history.read(str(path))
+    assert [item['run_id'] for item in lines] == ['r1', 'r3']
+    assert problems == ['%s:2: %s is the number %r, not a number from 0 to 10,000,000 (tok/s), skipped'
+                        % (path, name, value)]
+    assert bench_history.checked_line(dict(line('r4'), **{name: bench_history.MAX_FIGURE}))[1] is None
+
+
+def test_the_trend_of_a_huge_line_draws_and_its_sentence_stays_short(tmp_path):
+    """The reviewer's line: 1.7976931348623157e308 tok/s made the figure raise 'Axis limits cannot be NaN or Inf'."""
+    pytest.importorskip('matplotlib')
+    path = tmp_path / 'gpu-node-1' / 'kimi-k2.5.int4.jsonl'
+    write_lines(path, [line('r1'), line('r2', peak=1.7976931348623157e308, single=1.7976931348623157e308), line('r3')])
+    lines, problems = bench_history.read(str(path))
+    assert [item['run_id'] for item in lines] == ['r1', 'r3'] and len(problems) == 1
+    png = bench_history.render_trend_png([{'host': 'gpu-node-1', 'model': 'kimi-k2.5', 'quantization': 'int4',
+                                           'lines': lines}])
+    assert png.startswith(b'\x89PNG')
+
+
+def test_a_trend_from_nearly_nothing_says_more_than_not_inf_or_300_digits():
+    lines = [line('r1', peak=1e-300, single=5e-324), line('r2', peak=bench_history.MAX_FIGURE, single=82.0)]
+    sentence = bench_history.trend_sentence('gpu-node-1', 'kimi-k2.5', 'int4', lines)
+    assert 'peak more than +10,000 % over the last 2 runs (0.0 to 10,000,000.0 tok/s)' in sentence, sentence
+    assert 'inf' not in sentence and len(sentence) < 250, sentence
+    down = bench_history.trend_sentence('h', 'm', 'q', [line('r1', peak=2276.0), line('r2', peak=2000.0)])
+    assert 'peak -12.1 %' in down
