@@ -194,12 +194,18 @@ def plan(p):
     return steps
 
 
-def uv_environment(p):
-    """The environment uv runs with: the module's, NO_COLOR, then the given variables."""
-    env = dict(os.environ)
+def uv_environment(p, token=""):
+    """The environment uv runs with: the staging's TOKEN first (venvs.VARIABLE: every process uv starts carries it,
+    so that the next run tells that they still build the new environment), the module's, NO_COLOR, then the given
+    variables."""
+    env = {venvs.VARIABLE: token} if token else {}
+    env.update((key, value) for key, value in os.environ.items() if key != venvs.VARIABLE)
     env["NO_COLOR"] = "1"
     for key, value in (p["environment"] or {}).items():
         env[str(key)] = str(value)
+    if token:
+        # (the operator's variables do not replace it; it stays first)
+        env[venvs.VARIABLE] = token
     return env
 
 
@@ -221,6 +227,8 @@ class _Build(object):
         self.what = "%s %s" % (p["package"], p["version"])
         self.host = p["host_name"] or "this host"
         self.current = p["current_env"] or "the current environment"
+        #: the run's own token: in the staging's mark and in the environment of every command it runs
+        self.token = binascii.hexlify(os.urandom(16)).decode("ascii")
 
     def done(self, step, started, **extra):
         entry = {"step": step, "name": STEP_NAMES[step], "seconds": round(self.clock() - started, 2)}
@@ -277,7 +285,7 @@ class _Build(object):
         env = self.p["env"]
         # (an inode number is reused at once: the marker's token says the directory is still this run's; the process
         # and boot in it tell the next run whether a staging still builds it)
-        token = binascii.hexlify(os.urandom(16)).decode("ascii")
+        token = self.token
         mark = venvs.staging_mark(token)
         claim = os.path.join(os.path.dirname(env), ".%s.claim-%s" % (os.path.basename(env), token[:12]))
         try:
@@ -306,6 +314,15 @@ class _Build(object):
         info = os.lstat(env)
         self.result["changed"] = self.result["created"] = True
         self.identity = (info.st_dev, info.st_ino, mark)
+        # (a mark an earlier cleanup kept beside a killed staging of the same name is not this one's: left, it would
+        # make this one unfinished)
+        try:
+            os.unlink(os.path.join(os.path.dirname(env), venvs.TOMBSTONE % os.path.basename(env)))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            self.fail("venv", "the mark of a killed staging of the same name beside it could not be removed: %s"
+                      % (exc.strerror or exc))
 
     def release(self):
         """The build is proved: the directory is the new environment now, without the staging's marker."""
@@ -314,7 +331,7 @@ class _Build(object):
     def command(self, step, argv, timeout=None):
         """Run ARGV for STEP; (rc, out, err). A command that could not finish fails STEP, with uv's last lines."""
         started = self.clock()
-        rc, out, err = self.run(argv, timeout or self.p["timeout"], uv_environment(self.p))
+        rc, out, err = self.run(argv, timeout or self.p["timeout"], uv_environment(self.p, self.token))
         self.done(step, started, rc=rc)
         if rc != 0:
             lines = _lines_of(err) or _lines_of(out) or [

@@ -24,13 +24,18 @@ Public API:
   (:func:`check_decide_options`: those of the decision what to stage).
 * :func:`new_env_path` -- the path of a new environment for a version.
 * :func:`staging_mark`, :func:`staging_owner` -- the mark a staging leaves in the directory it builds until
-  the build is proved (who builds it), and whether that process still runs.
+  the build is proved (who builds it), and whether a process still builds it: the staging's own, or
+  (:func:`workers`) one that carries its token (:data:`VARIABLE`, in the environment of the commands it runs) or
+  names the directory on its command line or as its working directory.
 
 A directory that still holds the staging's mark (:data:`STAGING_MARKER`) is
 unfinished: a staging killed mid-install (SIGKILL, a host that went down)
 leaves one that may look complete. It is never staged, reused or kept;
 read_envs lists it apart (``unfinished``), with the process that still
-builds it, if one does.
+builds it, if one does. A cleanup that removes one keeps its mark beside it
+(:data:`TOMBSTONE`): an installer that outlived the staging and writes the
+directory again under that name leaves an unfinished directory, not a staged
+one.
 
 What to stage (none, reuse, build) is decided by module_utils/stageplan.py.
 """
@@ -55,6 +60,16 @@ MAX_ENTRIES = 10000
 STAGING_MARKER = ".gpufleet-staging"
 #: the most characters of the mark read
 MARKER_MAX = 512
+#: the variable a staging puts into the environment of uv (and so of every process uv starts): its token. A staging
+#: whose module was killed (SIGKILL, the OOM killer) leaves uv running in a session of its own; it is found by this
+VARIABLE = "GPUFLEET_STAGING"
+#: the hidden file beside an unfinished staging that a cleanup removed (the staging's mark): a directory that appears
+#: again under that name without a mark (written by an installer no look found) is unfinished, never staged
+TOMBSTONE = ".%s.gpufleet-removed"
+#: the most processes one look at who works in a staging reads (past it, one counts as still working)
+MAX_PROCESSES = 100000
+#: the most bytes read of a process's environment or command line
+PROC_READ_MAX = 256 * 1024
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
@@ -192,17 +207,75 @@ def staging_mark(token, pid=None):
     return "%s pid=%d start=%s boot=%s\n" % (token, pid, _start_ticks(pid) or "-", _boot_id() or "-")
 
 
-def staging_owner(text):
+def staging_owner(text, paths=()):
     """Of a staging mark TEXT, the process that still builds the directory ('process N'), or '' when none does (it
-    was killed, the host restarted since, or the mark does not say who made it)."""
-    fields = dict(word.split("=", 1) for word in str(text or "").split()[1:] if "=" in word)
+    was killed, the host restarted since, or the mark does not say who made it).
+
+    Not only the staging's own process (the mark names it): uv runs in a session of its own and outlives a staging
+    killed alone, so any process whose environment holds the mark's token (:data:`VARIABLE`), or whose command line
+    or working directory names one of PATHS (the directory, as listed and resolved), builds it too."""
+    words = str(text or "").split()
+    fields = dict(word.split("=", 1) for word in words[1:] if "=" in word)
     pid, start, boot = fields.get("pid", ""), fields.get("start", "-"), fields.get("boot", "-")
-    if not pid.isdigit() or not 0 < int(pid) < 2 ** 22 or start == "-":
+    if pid.isdigit() and 0 < int(pid) < 2 ** 22 and start != "-" and (boot == "-" or boot == (_boot_id() or boot)):
+        # (a process id is reused: the same start time says it is the same process)
+        if _start_ticks(int(pid)) == start:
+            return "process %s" % pid
+    token = words[0] if words and re.fullmatch(r"[0-9a-f]{32}", words[0]) else ""
+    return workers(token, paths)
+
+
+def _read_proc(pid, what):
+    try:
+        with open("/proc/%s/%s" % (pid, what), "rb") as handle:
+            return handle.read(PROC_READ_MAX)
+    except OSError:
+        return b""
+
+
+def _names_path(word, roots):
+    for root in roots:
+        at = word.find(root)
+        while at >= 0:
+            if word[at + len(root):at + len(root) + 1] in (b"", b"/"):
+                return True
+            at = word.find(root, at + 1)
+    return False
+
+
+def workers(token, paths=()):
+    """The first process (not this one) that works for the staging of TOKEN or in one of PATHS ('process N'), ''
+    when none does: its environment holds VARIABLE=TOKEN, or a word of its command line or its working directory
+    names a path at or under one of PATHS. Reads at most MAX_PROCESSES processes (past them: one of them counts)."""
+    wanted = ("%s=%s" % (VARIABLE, token)).encode("ascii") if token else None
+    roots = list(set(os.fsencode(path.rstrip("/")) for path in paths if path and path.rstrip("/")))
+    if not wanted and not roots:
         return ""
-    if boot != "-" and boot != (_boot_id() or boot):
+    own = os.getpid()
+    count = 0
+    try:
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if not entry.name.isdigit() or int(entry.name) == own:
+                    continue
+                count += 1
+                if count > MAX_PROCESSES:
+                    return "one of more than %d processes (too many to look at)" % MAX_PROCESSES
+                if wanted and wanted in _read_proc(entry.name, "environ").split(b"\0"):
+                    return "process %s" % entry.name
+                if not roots:
+                    continue
+                words = _read_proc(entry.name, "cmdline").split(b"\0")
+                try:
+                    words.append(os.fsencode(os.readlink("/proc/%s/cwd" % entry.name)))
+                except OSError:
+                    pass
+                if any(_names_path(word, roots) for word in words if word):
+                    return "process %s" % entry.name
+    except OSError:
+        # (no /proc: the staging's own process was looked at as the mark says)
         return ""
-    # (a process id is reused: the same start time says it is the same process)
-    return "process %s" % pid if _start_ticks(int(pid)) == start else ""
+    return ""
 
 
 def read_staging_mark(name, dir_fd):
@@ -226,6 +299,27 @@ def read_staging_mark(name, dir_fd):
             return handle.read(MARKER_MAX).decode("ascii", "replace")
     finally:
         os.close(fd)
+
+
+def _read_tombstone(name, dir_fd):
+    """The mark kept beside NAME when a cleanup removed it unfinished (:data:`TOMBSTONE`), or None."""
+    try:
+        mark = os.open(TOMBSTONE % name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                       dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return ""
+    with os.fdopen(mark, "rb") as handle:
+        return handle.read(MARKER_MAX).decode("ascii", "replace")
+
+
+def unfinished_mark(name, dir_fd):
+    """The mark of the directory NAME of DIR_FD when it is unfinished, else None: its staging mark, or, without one,
+    the mark kept beside it when a cleanup removed it unfinished (an installer that still ran wrote it again).
+    OSError when NAME is gone or a link."""
+    mark = read_staging_mark(name, dir_fd)
+    return _read_tombstone(name, dir_fd) if mark is None else mark
 
 
 def _newest_first(envs):
@@ -284,12 +378,12 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
                        "real": os.path.join(real_dir, entry.name), "version": match.group(1),
                        "stamp": match.group(2), "ident": (st.st_dev, st.st_ino)}
                 try:
-                    mark = read_staging_mark(entry.name, fd)
+                    mark = unfinished_mark(entry.name, fd)
                 except OSError:
                     # (gone, or a link now, since the listing: not an environment to use)
                     continue
                 if mark is not None:
-                    env["owner"] = staging_owner(mark)
+                    env["owner"] = staging_owner(mark, (env["path"], env["real"]))
                     result["unfinished"].append(env)
                     continue
                 staged.append(env)
@@ -309,17 +403,27 @@ def read_envs(envs_dir, package, keep, target_version="", current="", protect=()
     return result
 
 
-def _still_unfinished(name, dir_fd):
+def _still_unfinished(name, dir_fd, envs_dir):
     """Why the unfinished staging NAME must be left now ('' to remove it): its mark gone (the staging finished
-    after the listing), or a process that builds it."""
+    after the listing), or a process that builds it. Before it says '' (it goes), the mark is kept beside it
+    (:data:`TOMBSTONE`): an installer no look found that writes the directory again leaves it unfinished."""
     try:
-        mark = read_staging_mark(name, dir_fd)
+        mark = unfinished_mark(name, dir_fd)
     except OSError as exc:
         return "it could not be looked at again (%s)" % (exc.strerror or exc)
     if mark is None:
         return "its staging finished after the listing (the mark is gone)"
-    owner = staging_owner(mark)
-    return "%s still stages into it" % owner if owner else ""
+    owner = staging_owner(mark, (os.path.join(envs_dir, name), os.path.join(os.path.realpath(envs_dir), name)))
+    if owner:
+        return "%s still stages into it" % owner
+    try:
+        fd = os.open(TOMBSTONE % name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600,
+                     dir_fd=dir_fd)
+        with os.fdopen(fd, "w", encoding="ascii", errors="replace") as handle:
+            handle.write(mark or "- removed unfinished\n")
+    except OSError as exc:
+        return "its removal could not be recorded beside it (%s)" % (exc.strerror or exc)
+    return ""
 
 
 def remove_unfinished(envs_dir, unfinished, links=(), protect=(), limit=MAX_ENTRIES):
@@ -341,7 +445,8 @@ def remove_unfinished(envs_dir, unfinished, links=(), protect=(), limit=MAX_ENTR
         else:
             todo.append(env)
     try:
-        done = remove_envs(envs_dir, todo, links=links, recheck=_still_unfinished)
+        done = remove_envs(envs_dir, todo, links=links,
+                           recheck=lambda name, dir_fd: _still_unfinished(name, dir_fd, envs_dir))
     except EnvsError as exc:
         exc.partial["left"] = left + exc.partial["left"]
         raise

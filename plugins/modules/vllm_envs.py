@@ -37,10 +37,14 @@ description:
     M(gpufleet.vllm.vllm_stage) run was killed while it built it (SIGKILL, a host that went down), and what is in it
     may look complete. It is never listed in RV(staged), reused or kept; it is listed in RV(unfinished). With
     O(decide) or O(state=pruned) (the runs that own the environments), the unfinished ones that no process builds any
-    more (the mark names the staging's process and the boot it ran in) are removed, listed in RV(unfinished_removed)
-    and named in RV(msg); one a staging still builds, or that a link points at, is left and listed in
-    RV(unfinished_left). Removal is relative to the opened O(envs_dir), only directly in it, never through a link,
-    and each is looked at again right before it goes.
+    more are removed, listed in RV(unfinished_removed) and named in RV(msg); one a staging still builds, or that a
+    link points at, is left and listed in RV(unfinished_left). A staging still builds it while its own process runs
+    (the mark names it and the boot it ran in), or any process whose environment holds the staging's token
+    (C(GPUFLEET_STAGING), which every command of the staging carries: uv runs in a session of its own and outlives a
+    staging killed alone) or whose command line or working directory names the directory. Removal is relative to
+    the opened O(envs_dir), only directly in it, never through a link, and each is looked at again right before it
+    goes; its mark is kept beside it (C(.<name>.gpufleet-removed)), so that a directory an installer writes again
+    under that name stays unfinished, never staged.
   - With O(decide), an environment with a file C(<environment>.gpufleet-installing) next to it (the mark of the
     in-place install of the role P(gpufleet.vllm.reinstall#role), left by a run killed during the install) is not the
     target, whatever its C(RECORD) says.

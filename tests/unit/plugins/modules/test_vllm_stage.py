@@ -117,6 +117,23 @@ def test_without_a_lock_the_target_and_the_extra_packages_are_installed(run, wor
     assert not (world["env"] / "gpufleet.lock").exists()
 
 
+def test_every_command_carries_the_token_of_the_mark_and_a_kept_mark_of_the_same_name_goes(run, world, tmp_path):
+    # a mark an earlier cleanup kept beside a killed staging of the same name would make this one unfinished
+    tomb = world["env"].parent / (venvs.TOMBSTONE % world["env"].name)
+    tomb.write_text(venvs.staging_mark("4" * 32, pid=2 ** 22 - 1))
+    seen = tmp_path / "seen"
+    uv = fake_uv(world, 'if [ "$1" != cache ]; then head -c 200 /proc/$$/environ | tr "\\0" "\\n" | head -n 1 >> "%s"; '
+                        'head -n 1 "%s/%s" >> "%s"; fi' % (seen, world["env"], stagebuild.MARKER, seen))
+    code, res = run(dict(world["args"], uv=uv, environment={venvs.VARIABLE: "mine"}))
+    assert code == 0, res["msg"]
+    lines = seen.read_text().splitlines()
+    assert len(lines) == 4 and lines[0] == lines[2] and lines[1] == lines[3]
+    assert lines[0] == "%s=%s" % (venvs.VARIABLE, lines[1].split()[0]) and len(lines[1].split()[0]) == 32
+    assert not tomb.exists()
+    found = venvs.read_envs(str(world["env"].parent), "vllm", 2, target_version="0.33.0")
+    assert found["reuse"] == str(world["env"]) and found["unfinished"] == []
+
+
 def test_check_mode_runs_nothing_and_says_what_it_would_run(run, world):
     code, res = run(dict(world["args"], lock=world["lock"]), check=True)
     assert code == 0 and res["changed"] is True and res["check_mode"] is True
@@ -446,3 +463,113 @@ def test_a_mark_of_a_process_gone_or_of_another_boot_names_no_owner(tmp_path):
     assert venvs.staging_owner(mine.replace(" boot=", " boot=x")) == ""
     for odd in ("", "0" * 32, "0" * 32 + " pid=abc start=1", "0" * 32 + " pid=%d start=-" % os.getpid()):
         assert venvs.staging_owner(odd) == ""
+
+
+def _stop_when_gone(pid_file, stop):
+    """Tell the fake uv to stop (STOP), then wait for the process named in PID_FILE to end (bounded)."""
+    stop.write_text("")
+    deadline = time.monotonic() + 60
+    pid = int(pid_file.read_text().strip())
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
+def test_a_staging_killed_alone_while_uv_still_writes_is_left_until_uv_ends(world, tmp_path, capsys):
+    # the OOM killer or a kill -9 of the module's process: uv, in a session of its own, goes on writing a dependency
+    # into the new environment; the next run must leave the directory to it, and remove it once uv ended
+    flag, stop = tmp_path / "installed", tmp_path / "stop"
+    late = world["env"] / "lib" / "late_dep"
+    uv = fake_uv(world, 'if [ "$1" = pip ]; then "%s" "$@" || exit $?; echo $$ > "%s.tmp"; mv "%s.tmp" "%s"; i=0; '
+                        'while [ ! -e "%s" ] && [ $i -lt 2400 ]; do i=$((i+1)); mkdir -p "%s/d$i" && '
+                        'echo x > "%s/d$i/f.py"; sleep 0.05; done; mkdir -p "%s/last" && echo x > "%s/last/f.py"; '
+                        'exit 0; fi' % (world["uv"], flag, flag, flag, stop, late, late, late, late))
+    params = dict(vllm_stage_defaults(), **dict(world["args"], uv=uv))
+    collections = [path for path in sys.path if os.path.isdir(os.path.join(path, "ansible_collections"))][0]
+    stage = subprocess.Popen([sys.executable, "-c", STAGE_IN_A_PROCESS, collections, json_text(params)],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uv_group = None
+    env = world["env"]
+    run_envs = module_runner(vllm_envs.main, capsys)
+    args = {"envs_dir": str(env.parent), "adopt_venv": str(world["current"]), "target_version": "0.33.0",
+            "decide": True, "uv_cache_dir": [], "stamp": "20261207T120000Z"}
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists() and stage.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert flag.exists(), "the staging did not reach the install (rc %s)" % stage.poll()
+        uv_group = os.getpgid(int(flag.read_text().strip()))
+        stage.send_signal(signal.SIGKILL)  # the module's process only
+        assert stage.wait(timeout=30) == -signal.SIGKILL
+        code, res = run_envs(args)
+        assert code == 0, res["msg"]
+        assert res["unfinished"] == [str(env)] and res["unfinished_removed"] == [] and res["reuse"] == ""
+        assert len(res["unfinished_left"]) == 1 and "still stages into it" in res["unfinished_left"][0]
+        assert env.exists() and (env / stagebuild.MARKER).exists()
+        _stop_when_gone(flag, stop)
+        assert (late / "last" / "f.py").exists()  # (written into the marked directory, not a new one)
+        code, res = run_envs(args)
+        assert code == 0, res["msg"]
+        assert res["unfinished_removed"] == [str(env)] and not env.exists() and str(env) not in res["staged"]
+    finally:
+        stop.write_text("")
+        if stage.poll() is None:
+            stage.kill()
+        stage.wait(timeout=30)
+        if uv_group is not None:
+            _kill_group(uv_group)
+    assert (world["current"] / "bin" / "keep").read_text() == "the serving environment\n"
+
+
+def test_a_process_that_carries_the_staging_token_or_works_in_the_directory_owns_it(tmp_path):
+    env = tmp_path / STAMP
+    env.mkdir()
+    token = "1" * 32
+    # the mark's own process is gone (the module was killed): what uv started still carries the token
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    mark = venvs.staging_mark(token, pid=gone.pid)
+    assert venvs.staging_owner(mark, [str(env)]) == ""
+    procs = []
+    try:
+        procs.append(subprocess.Popen(["sleep", "600"], env=dict(os.environ, **{venvs.VARIABLE: token})))
+        assert venvs.staging_owner(mark) == "process %d" % procs[-1].pid
+        assert venvs.staging_owner(mark.replace(token, "2" * 32)) == ""
+        procs[-1].kill()
+        procs[-1].wait(timeout=30)
+        # a process that names the directory on its command line, or works in it
+        procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                       "--python=%s/bin/python" % env]))
+        assert venvs.staging_owner(mark, [str(env)]) == "process %d" % procs[-1].pid
+        assert venvs.staging_owner(mark, [str(env) + "-other"]) == ""
+        procs[-1].kill()
+        procs[-1].wait(timeout=30)
+        procs.append(subprocess.Popen(["sleep", "600"], cwd=str(env)))
+        assert venvs.staging_owner(mark, [str(env)]) == "process %d" % procs[-1].pid
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+    assert venvs.staging_owner(mark, [str(env)]) == ""
+
+
+def test_a_removed_staging_that_an_installer_writes_again_stays_unfinished(tmp_path):
+    # an installer no look found (not this host's processes, say) writes the removed directory again, unmarked
+    envs = tmp_path / "envs"
+    env = envs / STAMP
+    (env / "bin").mkdir(parents=True)
+    (env / venvs.STAGING_MARKER).write_text(venvs.staging_mark("3" * 32, pid=2 ** 22 - 1))
+    found = venvs.read_envs(str(envs), "vllm", 2, target_version="0.33.0")
+    assert [e["path"] for e in found["unfinished"]] == [str(env)] and found["unfinished"][0]["owner"] == ""
+    assert venvs.remove_unfinished(str(envs), found["unfinished"])["removed"] == [str(env)]
+    (env / "lib" / "late_dep").mkdir(parents=True)
+    (env / "lib" / "late_dep" / "f.py").write_text("x\n")
+    found = venvs.read_envs(str(envs), "vllm", 2, target_version="0.33.0")
+    assert found["staged"] == [] and found["reuse"] == "" and found["to_remove"] == []
+    assert [e["path"] for e in found["unfinished"]] == [str(env)]
+    assert venvs.remove_unfinished(str(envs), found["unfinished"])["removed"] == [str(env)]
+    assert not env.exists()
