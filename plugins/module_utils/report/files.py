@@ -9,13 +9,26 @@ A reader (a person, a CI job, a dashboard) never sees half a summary or a
 report: each file is written to a temporary file beside it and moved over it
 in one step (``AnsibleModule.atomic_move``); a failure part-way leaves the
 old file, if any, and no temporary file behind.
+
+:func:`write_below` writes a file below a report directory without ever
+following a link below it: each directory is opened relative to the one above
+it (``O_NOFOLLOW``), so a link swapped in after a check is refused, not
+followed.
 """
 
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import binascii
+import errno
 import os
+import stat
 import tempfile
+
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# what opening a symbolic link with O_NOFOLLOW answers (Linux: ELOOP; the BSDs: EMLINK, or EFTYPE for a file)
+_LINK_ERRNOS = (errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP))
 
 
 def write_atomic(module, path, data, mode=0o644):
@@ -32,3 +45,78 @@ def write_atomic(module, path, data, mode=0o644):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _open_below(fd, part, here):
+    """The directory PART of the opened directory FD, opened without following a link (made when missing)."""
+    for attempt in (1, 2):
+        try:
+            return os.open(part, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and attempt == 1:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                continue
+            try:
+                link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = exc.errno in _LINK_ERRNOS
+            if link:
+                raise ValueError("%s is a symbolic link; report files are not written through links" % here)
+            if exc.errno == errno.ENOTDIR:
+                raise ValueError("%s is there and is not a directory" % here)
+            raise
+    raise ValueError("%s could not be made (it disappeared again)" % here)
+
+
+def write_below(base, relative, data):
+    """Write DATA (bytes) to BASE/RELATIVE in one step: each directory below BASE opened relative to the one above
+    it without following a link (a link swapped in after the check is refused, not followed), made where missing;
+    the file written to a temporary file beside it and renamed over it, both relative to its directory. BASE itself
+    is the operator's (a link to it is followed). A file that is there keeps its mode and, where allowed, its owner;
+    a new one gets 0666 less the umask. Raises ValueError (a link or a file in the way) or OSError."""
+    os.makedirs(base, 0o755, exist_ok=True)
+    fd = os.open(base, os.O_RDONLY | _DIRECTORY)
+    temp = None
+    try:
+        parts = relative.split("/")
+        here = base
+        for part in parts[:-1]:
+            here = os.path.join(here, part)
+            below = _open_below(fd, part, here)
+            os.close(fd)
+            fd = below
+        name = parts[-1]
+        temp = ".gpufleet-tmp-%s" % binascii.hexlify(os.urandom(8)).decode("ascii")
+        out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view):]
+            try:
+                there = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                there = None
+            if there is not None and stat.S_ISREG(there.st_mode):
+                os.fchmod(out, stat.S_IMODE(there.st_mode))
+                try:
+                    os.fchown(out, there.st_uid, there.st_gid)
+                except OSError:
+                    pass  # (another owner's file: it becomes ours, as a copy would)
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(out, 0o666 & ~umask)
+        finally:
+            os.close(out)
+        os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        temp = None
+    finally:
+        if temp is not None:
+            try:
+                os.unlink(temp, dir_fd=fd)
+            except OSError:
+                pass
+        os.close(fd)

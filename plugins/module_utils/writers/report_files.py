@@ -12,7 +12,7 @@ import os
 from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report import files as reportfile
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import control_character, shown, valid_text
-from ansible_collections.gpufleet.vllm.plugins.module_utils.writers.common import ControllerFiles, WriterFailed
+from ansible_collections.gpufleet.vllm.plugins.module_utils.writers.common import WriterFailed
 
 ARGUMENT_SPEC = dict(
     path=dict(type='path', required=True),
@@ -97,9 +97,7 @@ def run(params, mode):
             problem = tree_problem(base, relative, set(), set())
             if problem:
                 raise ValueError(problem)
-            target = os.path.join(base, relative)
-            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            reportfile.write_atomic(ControllerFiles, target, data)
+            reportfile.write_below(base, relative, data)
         except (OSError, IOError, ValueError) as exc:
             raise WriterFailed('Could not write the report file %s below %s: %s. Written before it: %d of %d.'
                                % (shown(relative), base, to_native(exc), len(written), len(planned)),

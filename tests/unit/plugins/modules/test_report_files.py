@@ -72,18 +72,47 @@ def test_a_link_that_appears_after_the_plan_is_refused_at_its_write(run, tmp_pat
     outside = tmp_path / "outside"
     outside.mkdir()
     report = tmp_path / "r"
-    real_write = report_files.reportfile.write_atomic
+    real_write = report_files.reportfile.write_below
 
-    def write_then_swap(module, path, data):
-        real_write(module, path, data)
+    def write_then_swap(base, relative, data):
+        real_write(base, relative, data)
         if not (report / "diffs" / "gpu-1").exists():
             os.symlink(str(outside), str(report / "diffs" / "gpu-1"))
 
-    monkeypatch.setattr(report_files.reportfile, "write_atomic", write_then_swap)
+    monkeypatch.setattr(report_files.reportfile, "write_below", write_then_swap)
     files = [{"file": "diffs/gpu-0/a.diff", "content": DIFF}, {"file": "diffs/gpu-1/b.diff", "content": DIFF}]
     rc, result = run({"path": str(report), "files": files})
     assert rc == 1 and "symbolic link" in result["msg"] and "Written before it: 1 of 2" in result["msg"]
     assert result["files"] == ["diffs/gpu-0/a.diff"] and os.listdir(str(outside)) == []
+
+
+@pytest.mark.parametrize("swapped", ["diffs", "diffs/gpu-1"])
+def test_a_link_swapped_in_between_the_check_and_the_write_is_refused(run, tmp_path, monkeypatch, swapped):
+    # the directory is there and plain when the file's path is checked, a link to elsewhere when it is written
+    outside = tmp_path / "outside"
+    (outside / "gpu-1").mkdir(parents=True)
+    report = tmp_path / "r"
+    (report / "diffs" / "gpu-1").mkdir(parents=True)
+    real_check = report_files.tree_problem
+    checks = []
+
+    def check_then_swap(base, relative, planned_dirs, planned_files):
+        problem = real_check(base, relative, planned_dirs, planned_files)
+        checks.append(relative)
+        if problem is None and checks == ["diffs/gpu-1/b.diff"] * 2:
+            # (the plan's check and the write's own passed: the swap lands between the last and the write)
+            os.rename(str(report / swapped), str(tmp_path / "moved"))
+            os.symlink(str(outside / os.path.relpath(swapped, "diffs")) if swapped != "diffs" else str(outside),
+                       str(report / swapped))
+        return problem
+
+    monkeypatch.setattr(report_files, "tree_problem", check_then_swap)
+    files = [{"file": "diffs/gpu-1/b.diff", "content": DIFF}]
+    rc, result = run({"path": str(report), "files": files})
+    assert rc == 1 and "is a symbolic link; report files are not written through links" in result["msg"]
+    assert "Written before it: 0 of 1" in result["msg"] and result["files"] == []
+    assert checks == ["diffs/gpu-1/b.diff"] * 2
+    assert _tree(outside) == [] and _tree(tmp_path / "moved") == []
 
 
 @pytest.mark.parametrize("second, why", [
@@ -111,3 +140,17 @@ def test_too_many_files_or_bytes_are_refused_unwritten(run, tmp_path):
     rc, result = run({"path": str(tmp_path / "r"), "files": files, "max_bytes": 2 * len(DIFF)})
     assert rc == 1 and "more than max_bytes" in result["msg"]
     assert not (tmp_path / "r").exists()
+
+
+def test_a_file_written_again_keeps_its_mode_and_a_new_one_gets_the_umask(run, tmp_path):
+    report = tmp_path / "r"
+    files = [{"file": "diffs/h/a.diff", "content": "first"}]
+    assert run({"path": str(report), "files": files})[0] == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(str(report / "diffs/h/a.diff")).st_mode & 0o777 == 0o666 & ~umask
+    os.chmod(str(report / "diffs/h/a.diff"), 0o600)
+    assert run({"path": str(report), "files": [{"file": "diffs/h/a.diff", "content": "second"}]})[0] == 0
+    assert (report / "diffs/h/a.diff").read_text() == "second"
+    assert os.stat(str(report / "diffs/h/a.diff")).st_mode & 0o777 == 0o600
+    assert _tree(report) == ["diffs/h/a.diff"]
