@@ -454,6 +454,7 @@ def parse_rendered_unit(text, name="the unit"):
     that neither Environment= sets nor UnsetEnvironment= removes.
     """
     argv = None
+    exec_prefix = ""
     environment = {}
     environment_files = []
     unset = []
@@ -466,6 +467,8 @@ def parse_rendered_unit(text, name="the unit"):
                 raise ValueError("%s has more than one ExecStart= line" % name)
             argv = split_words(value, "the ExecStart= line of %s" % name)
             if argv and argv[0][:1] in "-@+!:":
+                # (with @, the second word is the process's argv[0], not its first argument: see vllm_argv)
+                exec_prefix = argv[0][:len(argv[0]) - len(argv[0].lstrip("-@+!:"))]
                 argv[0] = argv[0].lstrip("-@+!:")
         elif key == "EnvironmentFile":
             # (its variables are not read here: CUDA_VISIBLE_DEVICES may come from it)
@@ -499,6 +502,8 @@ def parse_rendered_unit(text, name="the unit"):
         if env_name in environment and (env_value is None or environment[env_name] == env_value):
             del environment[env_name]
     rendered = {"argv": argv, "environment": environment, "environment_files": environment_files}
+    if exec_prefix:
+        rendered["exec_prefix"] = exec_prefix
     # (variables taken from systemd's own environment; Environment= overrides them, UnsetEnvironment= removes them)
     passed = [n for n in passed if n not in environment and not any(u == n and v is None for u, v in unset)]
     if passed:
@@ -582,6 +587,90 @@ def managed_unit_files(unit_dir, marker=MANAGED_MARKER, max_entries=MANAGED_MAX_
     return sorted(found)
 
 
+# The commands whose options are read (anything else, a shell or a wrapper, may start the server with other GPUs):
+# vLLM's own ``<dir>/vllm serve`` and ``<dir>/python3 -m vllm.entrypoints.openai.api_server`` (or
+# ``-m vllm.entrypoints.cli.main serve``), each maybe behind ``env NAME=value ...`` (its assignments applied).
+_PROGRAM = re.compile(r"^[A-Za-z0-9_./+-]+\Z")
+_PYTHON = re.compile(r"^python(?:3(?:\.[0-9]{1,2})?)?\Z")
+_VLLM_MODULES = {"vllm.entrypoints.openai.api_server": (), "vllm.entrypoints.cli.main": ("serve",)}
+# vLLM options that decide how many GPUs, and which, its server takes: those serving_config reads...
+GPU_OPTIONS_READ = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+                    "--data-parallel-size-local", "-dpl", "--nnodes", "-n", "--headless")
+# ...and those it does not (their GPUs are not known)
+GPU_OPTIONS_UNREAD = ("--prefill-context-parallel-size", "-pcp", "--device-ids", "--data-parallel-rank", "-dpn",
+                      "--data-parallel-start-rank", "-dpr", "--data-parallel-hybrid-lb", "-dph",
+                      "--data-parallel-external-lb", "-dpe", "--node-rank", "-r", "--distributed-executor-backend")
+# (the executors that start their workers on this host, under the unit's own environment)
+_LOCAL_EXECUTORS = ("mp", "uni")
+
+
+def _option_words_unsure(words):
+    """Why an option word of vLLM's WORDS may change its GPUs in a way serving_config does not read, or None: an option
+    it does not read, an abbreviation (argparse takes an unambiguous prefix of an option), a one-letter option with its
+    value attached (``-n2``), an end of options."""
+    gpu_options = GPU_OPTIONS_READ + GPU_OPTIONS_UNREAD
+    for index, word in enumerate(words):
+        if word == "--":
+            return "unsure: its command line has an end of options (--) not read here"
+        if not word.startswith("-") or re.match(r"^-[0-9.]", word):
+            continue
+        name, inline = word.partition("=")[0], word.partition("=")[2] if "=" in word else None
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        if name in GPU_OPTIONS_READ:
+            continue
+        if name == "--distributed-executor-backend":
+            value = inline if inline is not None else (words[index + 1] if index + 1 < len(words) else "")
+            if value in _LOCAL_EXECUTORS:
+                continue
+        if name in GPU_OPTIONS_UNREAD:
+            return "unsure: its option %s changes the GPUs it takes and is not read here" % valid_text(word[:80])
+        long_form = name.startswith("--")
+        for option in gpu_options:
+            if option.startswith("--") == long_form and option.startswith(name) and len(name) > (2 if long_form else 1):
+                return ("unsure: its option %s abbreviates %s (vLLM takes an option's unambiguous prefix), not read "
+                        "here" % (valid_text(word[:80]), option))
+        if not long_form and inline is None and name[:2] in gpu_options and len(name) > 2:
+            return "unsure: its option %s is %s with its value attached, not read here" % (
+                valid_text(word[:80]), name[:2])
+    return None
+
+
+def vllm_argv(rendered):
+    """The options of the vLLM server the rendered unit starts and its environment (``env NAME=value`` applied), and
+    None, or None, None and why its command is not one whose GPUs can be read (not vLLM's own command, a shell, an
+    unknown wrapper, an option word that may change its GPUs and is not read: ``_option_words_unsure``)."""
+    argv = list(rendered["argv"])
+    environment = dict(rendered.get("environment") or {})
+    if "@" in rendered.get("exec_prefix", ""):
+        return None, None, "unsure: its ExecStart= has the @ prefix (the program is not its first word)"
+    program = os.path.basename(argv[0]) if _PROGRAM.match(argv[0]) else None
+    if program == "env":
+        argv.pop(0)
+        while argv and "=" in argv[0] and _ENV_NAME.match(argv[0].partition("=")[0]):
+            env_name, dummy, env_value = argv.pop(0).partition("=")
+            environment[env_name] = env_value
+        if not argv or argv[0].startswith("-"):
+            return None, None, "unsure: its command runs env %s, not read here" % (
+                "with the option %s" % valid_text(argv[0][:80]) if argv else "with no program")
+        program = os.path.basename(argv[0]) if _PROGRAM.match(argv[0]) else None
+    words = None
+    if program == "vllm" and argv[1:2] == ["serve"]:
+        words = argv[2:]
+    elif program and _PYTHON.match(program) and argv[1:2] == ["-m"] and len(argv) > 2 and argv[2] in _VLLM_MODULES:
+        after = _VLLM_MODULES[argv[2]]
+        if tuple(argv[3:3 + len(after)]) == after:
+            words = argv[3 + len(after):]
+    if words is None:
+        return None, None, ("unsure: its command %s is not vLLM's own (vllm serve, python -m "
+                            "vllm.entrypoints.openai.api_server): a shell or wrapper may start it with other GPUs"
+                            % valid_text(" ".join(argv)[:120]))
+    why = _option_words_unsure(words)
+    if why:
+        return None, None, why
+    return words, environment, None
+
+
 def gpus_of(rendered, drop_ins=""):
     """The GPUs (indices or UUIDs, a list) the rendered unit's server takes and None, or None and why they cannot be
     known (its file not as the role writes it, an EnvironmentFile=, DROP_INS: the unit's DropInPaths)."""
@@ -593,8 +682,11 @@ def gpus_of(rendered, drop_ins=""):
         return None, "its PassEnvironment= takes CUDA_VISIBLE_DEVICES from systemd's own environment, not read here"
     if drop_ins and drop_ins.strip():
         return None, "its drop-ins %s may change its command line or environment" % drop_ins.strip()
+    words, environment, unsure = vllm_argv(rendered)
+    if unsure:
+        return None, unsure
     try:
-        config = serving.serving_config(rendered["argv"], rendered["environment"])
+        config = serving.serving_config(words, environment)
     except serving.ServingConfigError as exc:
         return None, "its serving arguments are not valid: %s" % exc
     unsure = serving.unsure_reason(config)

@@ -26,6 +26,12 @@ description:
     role writes, drop-ins, an C(EnvironmentFile=), C(PassEnvironment=CUDA_VISIBLE_DEVICES), a C(--config) YAML file
     that may set the parallel sizes, O(keep) not rendered here, GPUs named by index in one and by UUID in the other)
     counts as sharing them, and RV(units[].gpus_unknown) says why.
+  - Only vLLM's own command is read, C(<dir>/vllm serve), C(<dir>/python3 -m vllm.entrypoints.openai.api_server) or
+    C(-m vllm.entrypoints.cli.main serve), maybe behind C(env NAME=value ...) (its assignments applied). A shell, any
+    other wrapper, C(env) with an option, the C(@) prefix, an abbreviated option (vLLM takes an unambiguous prefix such
+    as C(--tensor-parallel)), a one-letter option with its value attached (C(-n2)) or an option that changes the GPUs
+    and is not read (C(--device-ids), C(-pcp), the data parallel rank options, C(--node-rank), an executor other than
+    C(mp) or C(uni)) makes its GPUs unknown (RV(units[].gpus_unknown) begins with C(unsure)).
   - Only regular files are read (a link is never followed), only their first 64 KiB, and at most 4096 directory
     entries; a unit directory with more is refused rather than half read.
   - RV(keep_state) is O(keep)'s own state (exists, loaded, active, running, main PID), read with one bounded

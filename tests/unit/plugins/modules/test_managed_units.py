@@ -310,3 +310,55 @@ def test_a_unit_whose_sizes_come_from_a_config_file_counts_as_sharing(world, tmp
 def test_a_unit_name_ending_in_a_line_break_is_refused(world, keep):
     rc, res = world.run(keep=keep)
     assert rc == 1 and "holds characters a unit name cannot have" in res["msg"], res
+
+
+def _switch_from(world, old_service):
+    """The others of a switch to the GPUs 4-7 model, the old unit's [Service] being OLD_SERVICE."""
+    world.unit("vllm-old.service", enabled=True)
+    world.unit("vllm-new.service")
+    (world.unit_dir / "vllm-old.service").write_text(MARKED % "old" + "[Service]\n" + old_service)
+    (world.unit_dir / "vllm-new.service").write_text(rendered("new", "4,5,6,7"))
+    rc, res = world.run(keep="vllm-new")
+    assert rc == 0, res
+    return dict((u["unit"], u) for u in res["units"])["vllm-old.service"], [u["unit"] for u in res["others"]]
+
+
+def test_env_assignments_in_front_of_vllm_are_applied(world):
+    old, others = _switch_from(world, "ExecStart=/usr/bin/env CUDA_VISIBLE_DEVICES=4,5,6,7 /opt/vllm/bin/vllm serve old "
+                                      "-tp 4\n")
+    assert old["gpus"] == [4, 5, 6, 7] and old["shares_gpus"] is True
+    assert others == ["vllm-old.service"]
+
+
+@pytest.mark.parametrize("service, why", [
+    ("ExecStart=/bin/sh -c 'CUDA_VISIBLE_DEVICES=4,5,6,7 exec /opt/vllm/bin/vllm serve old -tp 4'\n",
+     "is not vLLM's own"),
+    ("ExecStart=/usr/local/bin/launch /opt/vllm/bin/vllm serve old -tp 4\n", "is not vLLM's own"),
+    ("ExecStart=/usr/bin/env -u CUDA_VISIBLE_DEVICES /opt/vllm/bin/vllm serve old -tp 4\n", "runs env with the option -u"),
+    ("ExecStart=@/opt/vllm/bin/vllm vllm serve old -tp 4\n", "the @ prefix"),
+    ("Environment=CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7\nExecStart=/opt/vllm/bin/vllm serve old --tensor-parallel 8\n",
+     "abbreviates --tensor-parallel-size"),
+    ("Environment=CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7\nExecStart=/opt/vllm/bin/vllm serve old --tensor_par=8\n",
+     "abbreviates --tensor-parallel-size"),
+    ("ExecStart=/opt/vllm/bin/vllm serve old -tp 4 --device-ids 4,5,6,7\n", "--device-ids changes the GPUs"),
+    ("ExecStart=/opt/vllm/bin/vllm serve old -tp 4 -pcp 2\n", "-pcp changes the GPUs"),
+    ("ExecStart=/opt/vllm/bin/vllm serve old -tp 4 --distributed-executor-backend ray\n", "--distributed-executor"),
+    ("ExecStart=/opt/vllm/bin/vllm serve old -tp 4 -n2\n", "-n with its value attached"),
+])
+def test_a_command_that_is_not_plainly_vllm_serve_counts_as_sharing(world, service, why):
+    # (each of these old units would be read as GPUs 0-3 from its words: its real GPUs are not known)
+    old, others = _switch_from(world, service)
+    assert old["gpus"] is None and old["shares_gpus"] is True, old
+    assert why in old["gpus_unknown"] and old["gpus_unknown"].startswith("unsure: "), old
+    assert others == ["vllm-old.service"]
+
+
+@pytest.mark.parametrize("service", [
+    "ExecStart=/opt/vllm/bin/python3 -m vllm.entrypoints.openai.api_server --model old -tp 4\n",
+    "ExecStart=/opt/vllm/bin/python3.12 -m vllm.entrypoints.cli.main serve old -tp 4 --distributed-executor-backend mp\n",
+    "ExecStart=/opt/vllm/bin/vllm serve old --tensor-parallel-size=4 --data-parallel-size 1 --seed -1\n",
+])
+def test_vllms_own_commands_are_read(world, service):
+    old, others = _switch_from(world, service)
+    assert old["gpus"] == [0, 1, 2, 3] and old["shares_gpus"] is False, old
+    assert others == []
