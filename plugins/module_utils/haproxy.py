@@ -255,8 +255,13 @@ def backend_servers(path, backend, timeout=5.0, max_bytes=DEFAULT_MAX_BYTES):
         if row.get("pxname") != backend or row.get("svname") in ("BACKEND", "FRONTEND"):
             continue
         name = row["svname"]
-        state = states.get(name, {})
-        bits = state.get("srv_admin_state", "0")
+        state = states.get(name)
+        # (a server missing from the answer, or its row cut short, has no admin state to read: not "ready")
+        if state is None or "srv_admin_state" not in state:
+            raise HaproxyError("HAProxy at %s answered `show servers state %s` %s for server %s" % (
+                path, backend, "without a row" if state is None else "with a row that ends before srv_admin_state",
+                valid_text(name)[:80]), "answer")
+        bits = state["srv_admin_state"]
         if not re.match(r"[0-9]{1,10}\Z", bits):
             raise HaproxyError("HAProxy at %s answered `show servers state %s` with srv_admin_state %r for server "
                                "%s, which is not a number" % (path, backend, valid_text(bits)[:40], name), "answer")

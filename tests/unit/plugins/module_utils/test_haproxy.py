@@ -203,6 +203,20 @@ def test_an_admin_state_that_is_no_number_is_an_answer_error(scripted, bits):
     assert err.value.kind == "answer" and "srv_admin_state" in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("rows, words", [
+    # b missing from the answer (cut short after a); b's row ending before srv_admin_state
+    ("3 vllm 1 a 127.0.0.1 2 0 8000\n", "without a row for server b"),
+    ("3 vllm 1 a 127.0.0.1 2 0 8000\n3 vllm 2 b 127.0.0.1\n", "a row that ends before srv_admin_state for server b"),
+])
+def test_a_server_without_its_admin_state_is_an_answer_error(scripted, rows, words):
+    # (read as 0 it would say "ready" of a server HAProxy may hold in drain or maint)
+    stat = "# pxname,svname,scur,status\nvllm,a,0,UP\nvllm,b,0,UP\nvllm,BACKEND,0,UP\n"
+    server = scripted(lambda line: (stat if line.startswith("show stat") else STATE_HEADER + rows).encode())
+    with pytest.raises(haproxy.HaproxyError) as err:
+        haproxy.backend_servers(server.path, "vllm")
+    assert err.value.kind == "answer" and words in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize("line", ["show stat\nshutdown frontend fe", "show stat;shutdown frontend fe",
                                   "show stat\rx"])
 def test_command_refuses_a_second_command(scripted, line):
