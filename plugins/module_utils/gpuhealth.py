@@ -602,6 +602,11 @@ def evaluate_gpu(gpu, thresholds, allowed=None, required=()):
         problems.append("%s: ECC is off: the GPU's memory errors are neither corrected nor counted, so an uncorrected "
                         "error goes unseen and corrupts results silently%s, or allow it with "
                         "thresholds.ecc_off_allowed" % (label, pending))
+    elif gpu.get("ecc_mode") is True and gpu.get("ecc_mode_pending") is False and not t["ecc_off_allowed"]:
+        # (nvmlDeviceGetEccMode: current on, pending off; someone ran 'nvidia-smi -e 0')
+        problems.append("%s: ECC is on but set to turn off at the next GPU reset or reboot: after it, the GPU's memory "
+                        "errors are neither corrected nor counted; keep it on ('nvidia-smi -i %d -e 1'), or allow it "
+                        "with thresholds.ecc_off_allowed" % (label, gpu["index"]))
 
     unc = gpu.get("ecc_uncorrected_volatile")
     if unc is not None and unc > t["max_uncorrected_ecc_errors"]:

@@ -24,7 +24,8 @@ description:
     does not exist, as for ECC on a card without it) is V(null), listed in RV(gpus[].unknown) and not judged (it is
     unknown); it fails the task only when O(required) names it.
   - ECC turned off on a card that has it is a problem of its own (its memory errors are then neither corrected nor
-    counted, so the ECC counters prove nothing), unless O(thresholds.ecc_off_allowed=true).
+    counted, so the ECC counters prove nothing), unless O(thresholds.ecc_off_allowed=true). So is ECC on but set to
+    turn off at the next GPU reset or reboot (its pending mode off), with the same threshold.
   - The PCIe link width is judged on every reading (it does not drop at idle), also when the generation cannot be
     read. The generation is judged from one reading, and only while the GPU is busy (its clock event reasons do not
     include V(gpu_idle)). An idle link slows down to save power, so a generation below the maximum on an idle GPU is
@@ -111,8 +112,8 @@ options:
         default: false
       ecc_off_allowed:
         description:
-          - Whether ECC turned off (on a card that has it) is acceptable. With ECC off, uncorrected memory errors are
-            neither corrected nor counted.
+          - Whether ECC turned off (on a card that has it), or set to turn off at the next GPU reset or reboot, is
+            acceptable. With ECC off, uncorrected memory errors are neither corrected nor counted.
         type: bool
         default: false
       clock_samples:

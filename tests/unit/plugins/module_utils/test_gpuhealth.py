@@ -477,7 +477,12 @@ def test_an_exception_of_the_reading_is_nvml_unexpected():
                   "goes unseen and corrupts results silently (it is set to turn on at the next GPU reset or reboot), "
                   "or allow it with thresholds.ecc_off_allowed"]),
     ([0, 0], {"ecc_off_allowed": True}, []),
-    ([1, 0], {}, []),
+    ([1, 1], {}, []),
+    # on now, off after the next reset
+    ([1, 0], {}, ["ECC is on but set to turn off at the next GPU reset or reboot: after it, the GPU's memory errors are "
+                  "neither corrected nor counted; keep it on ('nvidia-smi -i 0 -e 1'), or allow it with "
+                  "thresholds.ecc_off_allowed"]),
+    ([1, 0], {"ecc_off_allowed": True}, []),
 ])
 def test_ecc_off_is_a_finding_of_its_own(mode, thresholds, expected):
     # (with ECC off the counters are not kept: NOT_SUPPORTED, as nvidia-smi's N/A)

@@ -377,6 +377,17 @@ def test_ecc_off_is_a_problem_of_its_own(lib_dir, state_file):
     assert "(it is set to turn on at the next GPU reset or reboot)" in problem
 
 
+def test_ecc_on_now_but_off_after_the_next_reset_is_a_problem(lib_dir, state_file):
+    # (nvmlDeviceGetEccMode answers current on, pending off: after the next reset the card runs without ECC)
+    res, problem = unhealthy(state_file, lib_dir, gpu__3__ecc_pending_mode=0)
+    assert res["gpus"][3]["ecc_mode"] is True and res["gpus"][3]["ecc_mode_pending"] is False
+    assert problem == ("GPU 3 (bus 5D): ECC is on but set to turn off at the next GPU reset or reboot: after it, the "
+                       "GPU's memory errors are neither corrected nor counted; keep it on ('nvidia-smi -i 3 -e 1'), or "
+                       "allow it with thresholds.ecc_off_allowed")
+    rc, res = run_module({"thresholds": {"ecc_off_allowed": True}}, state_file, lib_dir)
+    assert rc == 0 and res["healthy"] is True, res.get("msg")
+
+
 def test_required_fields_the_card_cannot_report(lib_dir, state_file):
     set_state(state_file, gpu__3__unsupported="ecc,remapped_rows")
     rc, res = run_module({}, state_file, lib_dir)
