@@ -135,3 +135,20 @@ def test_a_stop_past_its_time_kills_the_server_with_its_supervisor(tmp_path):
     while time.monotonic() < deadline and (_alive(supervisor) or _alive(server)):
         time.sleep(0.05)
     assert not _alive(supervisor) and not _alive(server)
+
+
+def test_a_stop_before_the_supervisor_forwards_signals_still_ends_the_server(tmp_path):
+    # the window between the server's start and the supervisor's signal forwarding made wide (10 s): a stop in
+    # it ends the supervisor by SIGTERM's default action; the server in its group must go with it
+    state = str(tmp_path / "systemd")
+    env = dict(os.environ, FAKESYSTEMD_FORWARD_DELAY="10", **fakesystemd.install(str(tmp_path / "bin"), state))
+    fakesystemd.write_unit(state, "early.service", [sys.executable, "-c", "import time; time.sleep(600)", "early-srv"])
+    subprocess.run(["systemctl", "start", "early.service"], env=env, check=True, timeout=60)
+    deadline = time.monotonic() + 60
+    servers = []
+    while not servers and time.monotonic() < deadline:
+        servers = [pid for pid in leakcheck.carrying() if b"early-srv" in leakcheck._read("/proc/%d/cmdline" % pid, 4096)]
+        time.sleep(0.05)
+    assert servers, "the fake server did not start"
+    subprocess.run(["systemctl", "stop", "early.service"], env=env, check=True, timeout=120)
+    assert not _alive(servers[0]), "the server outlived the stop of its unit"
