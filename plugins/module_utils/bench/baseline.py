@@ -190,13 +190,14 @@ def _trusted(summary):
     checks = summary.get('crosscheck') if isinstance(summary.get('crosscheck'), dict) else {}
     kept, starved = dict(summary), []
     for name in bench.COMPARED_METRICS:
-        check = checks.get(name)
-        if isinstance(check, dict) and check.get('status') == 'client_starved' and \
-                bench._number(summary.get(name)) is not None:
-            kept[name] = None
-            server = bench._number(check.get('server_tok_s'))
-            starved.append((name, 'left out: the client that measured it was starved (the server\'s own metrics: %s '
-                                  'tok/s); benchmark again with less beside the client' % _shown_figure(server)))
+        check = checks.get(name) if isinstance(checks.get(name), dict) else {}
+        if check.get('status') != 'client_starved' or bench._number(summary.get(name)) is None:
+            continue
+        kept[name] = None
+        server = _shown_figure(bench._number(check.get('server_tok_s')))
+        why = ('left out: the client that measured it was starved (the server\'s own metrics: %s tok/s); benchmark '
+               'again with less beside the client' % server)
+        starved.append((name, why))
     return kept, starved
 
 
