@@ -40,7 +40,7 @@ description:
     more are removed, listed in RV(unfinished_removed) and named in RV(msg); one a staging still builds, or that a
     link points at, is left and listed in RV(unfinished_left). A staging still builds it while its own process runs
     (the mark names it and the boot it ran in), or any process whose environment holds the staging's token
-    (C(GPUFLEET_STAGING), which every command of the staging carries: uv runs in a session of its own and outlives a
+    (C(GPUFLEET_STAGING), which every command of the staging carries, as uv runs in a session of its own and outlives a
     staging killed alone) or whose command line or working directory names the directory. Removal is relative to
     the opened O(envs_dir), only directly in it, never through a link, and each is looked at again right before it
     goes; its mark is kept beside it (C(.<name>.gpufleet-removed)), so that a directory an installer writes again

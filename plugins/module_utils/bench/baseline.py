@@ -231,8 +231,8 @@ def record_table(entries):
             continue
         summary, starved = _trusted(summary)
         for name, why in starved:
-            skipped.append('%s: its %s figure, %s tok/s: %s' % (host, bench.METRIC_LABELS[name],
-                                                               _shown_figure(summary_figure(entry, name)), why))
+            skipped.append('%s: its %s figure, %s tok/s: %s' % (
+                host, bench.METRIC_LABELS[name], _shown_figure(summary_figure(entry, name)), why))
         if all(bench._number(summary.get(name)) is None for name in bench.COMPARED_METRICS):
             skipped.append('%s: no figure of its sweep can be trusted as a baseline%s' % (
                 host, ' (every one was measured by a starved client)' if starved else ''))
@@ -256,8 +256,9 @@ def record_table(entries):
                 'recorded': {
                     'run_id': bench_text(first.get('run_id')),
                     'date': bench_text(first.get('started')),
-                    'figures': 'median of %d host%s%s' % (len(hosts), '' if len(hosts) == 1 else 's',
-                                                           ' (%s: the others left out)' % ', '.join(fewer) if fewer else ''),
+                    'figures': 'median of %d host%s%s' % (
+                        len(hosts), '' if len(hosts) == 1 else 's',
+                        ' (%s: the others left out)' % ', '.join(fewer) if fewer else ''),
                     'hosts': [{'host': host, 'vllm_version': bench_text(meta.get('vllm_version')) or None,
                                'single_stream_tok_s': _figure(summary.get('single_stream_tok_s')),
                                'peak_tok_s': _figure(summary.get('peak_tok_s')),

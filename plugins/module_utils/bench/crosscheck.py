@@ -148,7 +148,7 @@ def check(row, before, after, tolerance=DEFAULT_TOLERANCE):
     client_tpot, server_tpot = result['client_tpot_ms'], result['server_tpot_ms']
     if client_tpot and server_tpot and client_tpot > server_tpot * (1 + tolerance):
         reasons.append('the client saw %.1f ms per output token, the server %.1f ms'
-                       % (client_tpot, server_tpot))
+                       % (float(client_tpot), float(server_tpot)))
     if reasons:
         result['status'] = 'client_starved'
         result['reason'] = ('%s: the measuring side lost the time, not the server (a busy machine starves the '
@@ -156,5 +156,5 @@ def check(row, before, after, tolerance=DEFAULT_TOLERANCE):
     else:
         result['status'] = 'agree'
         result['reason'] = ('the server\'s own metrics agree: %.1f tok/s%s'
-                            % (float(server_tok_s), ', %.1f ms per output token' % server_tpot if server_tpot else ''))
+                            % (float(server_tok_s), ', %.1f ms per output token' % float(server_tpot) if server_tpot else ''))
     return result

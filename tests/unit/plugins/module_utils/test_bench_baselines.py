@@ -246,8 +246,8 @@ def starved(entry, *names):
 def test_record_mode_leaves_out_what_a_starved_client_measured(tmp_path):
     # three hosts: the second's single-stream level starved, the third's every level: neither figure may become
     # the baseline (a starved figure is low, and a low baseline lets a real regression pass)
-    entries = [starved(recorded_entry('gpu-node-1', 82.0, 2276.0)), starved(recorded_entry('gpu-node-2', 41.0, 2290.0),
-                                                                             'single_stream_tok_s'),
+    entries = [starved(recorded_entry('gpu-node-1', 82.0, 2276.0)),
+               starved(recorded_entry('gpu-node-2', 41.0, 2290.0), 'single_stream_tok_s'),
                starved(recorded_entry('gpu-node-3', 30.0, 900.0), 'single_stream_tok_s', 'peak_tok_s')]
     table, skipped = bench_baseline.record_table(entries)
     recorded = table['kimi-k2.5']['nvfp4']
@@ -491,8 +491,8 @@ def test_a_huge_figure_in_the_history_no_longer_breaks_this_report_or_the_next(t
     pytest.importorskip('matplotlib')
     target = tmp_path / 'history' / 'gpu-node-1' / 'kimi-k2.5.int4.jsonl'
     target.parent.mkdir(parents=True)
-    target.write_text(json.dumps(line('r0')) + '\n' + json.dumps(dict(line('rx'), peak_tok_s=1.7976931348623157e308,
-                                                                     single_stream_tok_s=1.7976931348623157e308)) + '\n')
+    huge = dict(line('rx'), peak_tok_s=1.7976931348623157e308, single_stream_tok_s=1.7976931348623157e308)
+    target.write_text(json.dumps(line('r0')) + '\n' + json.dumps(huge) + '\n')
     for run_id in ('r1', 'r2'):
         entry = recorded_entry('gpu-node-1', 82.0, 2276.0, quant='int4', status='ok')
         code, result = run_module({'path': str(tmp_path / run_id), 'results': [result_of(entry, run_id)],
@@ -507,8 +507,8 @@ def test_a_huge_figure_in_the_history_no_longer_breaks_this_report_or_the_next(t
 
 
 @pytest.mark.parametrize('broken', ['trend', 'report'])
-def test_any_error_while_drawing_leaves_the_report_written_without_that_figure(tmp_path, run_module, monkeypatch,
-                                                                                 broken):
+def test_any_error_while_drawing_leaves_the_report_written_without_that_figure(
+        tmp_path, run_module, monkeypatch, broken):
     pytest.importorskip('matplotlib')
     from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import report as bench_report_utils
 
