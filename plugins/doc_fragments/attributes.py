@@ -12,6 +12,8 @@ class ModuleDocFragment(object):
 
     DOCUMENTATION: the platform, for every module; a module that edits declares its own check_mode and diff_mode.
     INFO_MODULE: a module that only reads (the *_info modules and drift_info): the platform, full check mode, no diff.
+    CONTROLLER_WRITER: a module file that documents an action plugin writing files on the control node (the report
+    writers): the action, async, bypass_host_loop and platform attributes; it declares its own check_mode and diff_mode.
     Name this fragment before ansible.builtin.action_common_attributes: of two fragments that set the same
     attribute, the first one named wins (a module's own attributes win over both).
     """
@@ -38,4 +40,20 @@ attributes:
   platform:
     support: full
     platforms: posix
+"""
+
+    CONTROLLER_WRITER = r"""
+options: {}
+attributes:
+  action:
+    support: full
+    details: An action plugin; all of it runs on the control node.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+    details: The control node, whatever host the task is for.
 """

@@ -127,22 +127,11 @@ options:
     type: int
     default: 300
 extends_documentation_fragment:
-  - gpufleet.vllm.attributes
+  - gpufleet.vllm.attributes.controller_writer
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
   - gpufleet.vllm.internal.module
 attributes:
-  action:
-    support: full
-    details: An action plugin; all of it runs on the control node.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-    details: The control node, whatever host the task is for.
   check_mode:
     support: full
     details: Reads the results and reports whether the report would change; writes nothing.

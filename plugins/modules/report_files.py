@@ -45,22 +45,11 @@ options:
     type: int
     default: 268435456
 extends_documentation_fragment:
-  - gpufleet.vllm.attributes
+  - gpufleet.vllm.attributes.controller_writer
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
   - gpufleet.vllm.internal.module
 attributes:
-  action:
-    support: full
-    details: An action plugin; all of it runs on the control node.
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  platform:
-    support: full
-    platforms: posix
-    details: The control node, whatever host the task is for.
   check_mode:
     support: full
     details: In check mode nothing is written; the paths are checked and returned all the same.

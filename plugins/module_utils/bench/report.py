@@ -59,7 +59,7 @@ class HistoryError(ValueError):
     """A result would overwrite a different file already kept, or a name is unsafe."""
 
 
-def _current(path):
+def read_current(path):
     try:
         with open(path, 'rb') as handle:
             return handle.read()
@@ -97,7 +97,7 @@ def plan_results(run_dir, results):
             path = os.path.join(run_dir, host, name)
             if os.path.islink(path):
                 raise HistoryError('%s is a symbolic link: results are written only to plain files' % path)
-            current = _current(path)
+            current = read_current(path)
             if current is None:
                 planned.append((path, data))
             elif current != data:

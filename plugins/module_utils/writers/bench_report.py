@@ -26,14 +26,6 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.writers.common impor
 _clock = time.monotonic
 
 
-def _current(path):
-    try:
-        with open(path, 'rb') as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
 ARGUMENT_SPEC = dict(
     path=dict(type='path', required=True),
     title=dict(type='str', default='vLLM benchmark fleet report'),
@@ -93,7 +85,7 @@ def run(params, mode):
                                          if done else 'Nothing was written.'), changed=bool(done), written=done)
 
     md_path = os.path.join(path, 'report.md')
-    before_md = _current(md_path)
+    before_md = bench_report.read_current(md_path)
     for target, data in planned:
         try:
             deadline.check('the result %s was kept' % target)
@@ -164,7 +156,7 @@ def run(params, mode):
                 deadline.check('the report %s was written' % target)
             except DeadlinePassed as exc:
                 late(exc)
-            if _current(target) != data:
+            if bench_report.read_current(target) != data:
                 written.append(target)
                 if not mode.check_mode:
                     try:

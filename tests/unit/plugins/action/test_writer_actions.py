@@ -8,6 +8,7 @@ spec takes, option by option, since ansible-test's validate-modules cannot compa
 """
 
 import ast
+import importlib
 import json
 import os
 import stat
@@ -153,6 +154,11 @@ def _compare(where, documented, spec):
 def test_the_documentation_says_what_the_argument_spec_takes(name):
     doc = _documentation(name)
     _compare(name, doc["options"], WRITERS[name].ARGUMENT_SPEC)
-    assert doc["attributes"]["action"]["support"] == "full"
+    # (the action, async and bypass_host_loop attributes come from the writers' doc fragment)
+    assert "gpufleet.vllm.attributes.controller_writer" in doc["extends_documentation_fragment"]
+    fragment = yaml.safe_load(importlib.import_module(
+        "ansible_collections.gpufleet.vllm.plugins.doc_fragments.attributes").ModuleDocFragment.CONTROLLER_WRITER)
+    assert fragment["attributes"]["action"]["support"] == "full"
+    assert fragment["attributes"]["async"]["support"] == "none"
     assert "ansible.builtin.action_common_attributes.flow" in doc["extends_documentation_fragment"]
     assert "delegate_to" not in json.dumps(doc) or "needs no C(delegate_to)" in json.dumps(doc)
