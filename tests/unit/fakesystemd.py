@@ -125,14 +125,18 @@ def stop(unit, timeout=20):
     if pid and _alive(pid):
         with open(_path(unit, ".stopped"), "w") as f:
             f.write("1")
-        # (to the whole process group the supervisor leads: a stop that comes right after the start, before the
-        # supervisor forwards signals to its server, would otherwise end the supervisor alone and leave the
-        # server running; systemd's KillMode=control-group does the same)
-        _kill_group(pid, signal.SIGTERM)
+        # SIGTERM to the supervisor, which forwards it to its server and exits when the server has; what is left
+        # of the group it leads after that gets SIGTERM itself (a stop that came right after the start, before the
+        # supervisor forwarded signals, ended the supervisor alone), then SIGKILL at the timeout, as systemd's
+        # KillMode=control-group leaves nothing of a stopped unit running
+        os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while (_alive(pid) or _group_alive(pid)) and time.monotonic() < deadline:
+        while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        # (the supervisor and its server: the server must not outlive a supervisor killed under it)
+        if not _alive(pid) and _group_alive(pid):
+            _kill_group(pid, signal.SIGTERM)
+            while _group_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
         _kill_group(pid, signal.SIGKILL)
         deadline = time.monotonic() + timeout
         while _group_alive(pid) and time.monotonic() < deadline:
