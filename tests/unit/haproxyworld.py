@@ -99,13 +99,24 @@ class World(object):
             handle.write("\n".join(lines) + "\n")
         self.proc = subprocess.Popen([HAPROXY, "-db", "-f", self.config], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, start_new_session=True)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(self.socket):
+        # (the socket file appears at its bind, before HAProxy listens on it: a connect in between is refused, so
+        # the start waits for an answer, not for the file; generous, as a busy machine is slow to start it)
+        deadline = time.monotonic() + 60
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
                 self.stop()
                 raise AssertionError("HAProxy did not start: %s" % err)
             time.sleep(0.02)
+
+    def _answers(self):
+        """Whether the runtime API socket accepts a connection and answers."""
+        if not os.path.exists(self.socket):
+            return False
+        try:
+            return "Name: HAProxy" in self.raw("show info")
+        except OSError:
+            return False
 
     def stop(self):
         if self.proc.poll() is None:
@@ -144,7 +155,7 @@ class World(object):
                 return row["status"]
         raise AssertionError("no server %s" % server)
 
-    def wait_status(self, server, status, limit=10):
+    def wait_status(self, server, status, limit=60):
         deadline = time.monotonic() + limit
         while self.status(server) != status:
             assert time.monotonic() < deadline, "%s stayed %s" % (server, self.status(server))

@@ -94,7 +94,8 @@ def test_every_module_is_documented_under_its_own_name(name):
     assert doc.get("short_description") and doc.get("description") and doc.get("author")
     assert doc.get("version_added") == "0.1.0", "nothing was released before 0.1.0"
     fragments = doc.get("extends_documentation_fragment") or []
-    shared = [f for f in fragments if f in ("gpufleet.vllm.attributes", "gpufleet.vllm.attributes.info_module")]
+    shared = [f for f in fragments if f in ("gpufleet.vllm.attributes", "gpufleet.vllm.attributes.info_module",
+                                            "gpufleet.vllm.attributes.controller_writer")]
     assert len(shared) == 1 and "ansible.builtin.action_common_attributes" in fragments, (
         "%s does not extend its attributes from one of the collection's attributes fragments and ansible-core's" % name)
     # (of two fragments that set one attribute the first wins: ours gives the support, ansible-core's the words)
