@@ -376,11 +376,31 @@ stagebuild.build(json.loads(sys.argv[2]))
 """
 
 
-def _kill_group(pgid):
+def _group_alive(pgid):
+    """Whether a live (not zombie) process is in process group PGID."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _kill_group(pgid, timeout=60):
+    """SIGKILL process group PGID and wait (bounded) until none of it runs: a kill is delivered asynchronously, and
+    a process still dying would count as one that stages into the directory."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
-        pass
+        return
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _kill_staging_mid_install(world, tmp_path):
