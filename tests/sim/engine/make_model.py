@@ -31,6 +31,7 @@ It prints a JSON summary: the directory, each file's sha256, the damage.
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -50,20 +51,22 @@ HEAD_STD = 0.2
 #: the tensor a damaged copy scales when none is named: the first layer's MLP output
 DEFAULT_DAMAGE = "model.layers.0.mlp.down_proj.weight"
 
-SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
+
+
+def _stand_in_words():
+    """tests/sim/model/make_model_dir.py, the stand-in's model directory (standard library only at import)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model", "make_model_dir.py")
+    spec = importlib.util.spec_from_file_location("gpufleet_sim_make_model_dir", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# the stand-in's words: its special tokens, common words, digits, punctuation and the letters of its made-up words
+_WORDS = _stand_in_words()
+SPECIAL_TOKENS, COMMON_WORDS, DIGITS = _WORDS.SPECIAL_TOKENS, _WORDS.COMMON_WORDS, _WORDS.DIGITS
+PUNCTUATION, CONSONANTS, VOWELS = _WORDS.PUNCTUATION, _WORDS.CONSONANTS, _WORDS.VOWELS
 UNK, BOS, EOS, PAD = SPECIAL_TOKENS
-COMMON_WORDS = (
-    "hello", "world", "the", "model", "token", "serve", "fleet", "host", "stream", "light",
-    "river", "stone", "cloud", "green", "quiet", "north", "paper", "table", "water", "fire",
-    "earth", "wind", "gold", "silver", "iron", "glass", "bread", "apple", "tree", "leaf",
-    "bird", "fish", "horse", "house", "door", "road", "city", "field", "hill", "lake",
-    "sea", "sky", "sun", "moon", "star", "rain", "snow", "day", "night", "time",
-    "year", "hand", "eye", "voice", "song", "word", "book", "story", "game", "music",
-)
-DIGITS = tuple("0123456789")
-PUNCTUATION = (".", ",", "?", "!", ":", ";", "-", "(", ")")
-CONSONANTS = "bdfgklmnprstvz"
-VOWELS = "aeiou"
 
 
 def vocabulary():
