@@ -16,17 +16,15 @@ __metaclass__ = type
 import json
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.writers.common import Mode, WriterFailed
 
-try:
-    from ansible.module_utils.common.json import Direction, get_module_encoder
-    # the values as a module would receive them: plain text, numbers, lists and dicts
-    _ENCODER = get_module_encoder('legacy', Direction.CONTROLLER_TO_MODULE)
-except ImportError:  # (before ansible-core 2.19)
-    from ansible.module_utils.common.json import AnsibleJSONEncoder as _ENCODER
+# the values as a module would receive them: plain text, numbers, lists and dicts (ansible-core 2.19, which
+# meta/runtime.yml requires)
+_ENCODER = get_module_encoder('legacy', Direction.CONTROLLER_TO_MODULE)
 
 
 class WriterAction(ActionBase):
