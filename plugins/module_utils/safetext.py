@@ -185,10 +185,6 @@ def printable_block(text):
 def one_line(value):
     """VALUE (any value from a host) as one printable line for a report, a terminal or a figure: odd bytes, control
     and invisible characters escaped as printable_block() does, and the line break and the tab too (\\n, \\t)."""
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "surrogateescape")
-    elif not isinstance(value, str):
-        value = str(value)
     return printable_block(value).replace("\n", "\\n").replace("\t", "\\t")
 
 
