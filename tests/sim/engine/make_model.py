@@ -52,7 +52,6 @@ HEAD_STD = 0.2
 DEFAULT_DAMAGE = "model.layers.0.mlp.down_proj.weight"
 
 
-
 def _stand_in_words():
     """tests/sim/model/make_model_dir.py, the stand-in's model directory (standard library only at import)."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model", "make_model_dir.py")
