@@ -12,6 +12,7 @@ __metaclass__ = type
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils import rollout
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import quality as quality_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report.rollout import host_line
 
 
@@ -61,8 +62,14 @@ def rollout_serves_again(facts):
 
 
 def rollout_rows(targets, hostvars):
-    """The summary's rows, one per target host, in the targets' order (see rollout_rows.yml)."""
-    return rollout.summary_rows(targets, hostvars)
+    """The summary's rows, one per target host, in the targets' order (see rollout_rows.yml), each with the quality
+    gate's figures next to the reference's (``quality``: report.quality's digest of the host's quality_result, None
+    when the gate did not run on it)."""
+    rows = rollout.summary_rows(targets, hostvars)
+    for row in rows:
+        facts = hostvars[row["host"]] if row["host"] in hostvars else {}
+        row["quality"] = quality_report.digest(rollout.note(facts, "quality_result", None))
+    return rows
 
 
 def rollout_batches(targets, hostvars):

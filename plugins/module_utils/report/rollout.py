@@ -13,6 +13,7 @@ __metaclass__ = type
 import json
 import re
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import quality as quality_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import code
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, printable_block, valid_text
 
@@ -25,6 +26,8 @@ PACKAGES_AT = 9
 BALANCER_AT = 6
 BALANCER_COLUMNS = ("drain (s)", "in flight at stop", "out of rotation (s)")
 BALANCER_ALIGN = ("---:", "---:", "---:")
+#: With the quality gate's figures (a row's ``quality``, report.quality's digest), one more column at the end.
+QUALITY_COLUMN = "answer quality"
 DASH = "-"
 
 
@@ -152,7 +155,17 @@ def build_after_cell(row):
     return "%s (tried %s)" % (after, cell(tried)) if tried else after
 
 
-def row_cells(row, locked=False, with_balancer=False):
+def quality_of(row):
+    """The quality gate's digest of a row (report.quality.digest, checked again); None when the gate did not run."""
+    return quality_report.digest(row.get("quality"))
+
+
+def gated(rows):
+    """Whether the quality gate ran on any host of ROWS (the table then has its column)."""
+    return any(quality_of(row) for row in rows)
+
+
+def row_cells(row, locked=False, with_balancer=False, with_quality=False):
     dumps = DASH
     if row.get("artifacts_removed") is not None:
         dumps = "%s (%s)" % (cell(row["artifacts_removed"]), cell(row.get("artifacts_bytes") or "0 B"))
@@ -165,6 +178,8 @@ def row_cells(row, locked=False, with_balancer=False):
     if with_balancer:
         cells[BALANCER_AT:BALANCER_AT] = [_fmt(row.get("drain_s"), "%.1f"), cell(row.get("inflight_at_stop")),
                                           _fmt(row.get("out_of_rotation_s"), "%.1f")]
+    if with_quality:
+        cells.append(quality_report.cell(quality_report.cell_text(quality_of(row))) or DASH)
     return cells
 
 
@@ -175,7 +190,8 @@ def batches_line(batches):
 
 def markdown(rows, batches, benchmark_report=None, lock_file=False):
     """summary.md: the table, the batches, the fleet lock and each host's dependency diff, each failure in full, the
-    link to the benchmark's report (and to fleet.lock when LOCK_FILE)."""
+    link to the benchmark's report (and to fleet.lock when LOCK_FILE), and each host's answer quality against the
+    reference (when the quality gate ran)."""
     locked = [row for row in rows if row.get("lock")]
     columns, align = list(COLUMNS), list(ALIGN)
     if locked:
@@ -185,8 +201,12 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
     if with_balancer:
         columns[BALANCER_AT:BALANCER_AT] = BALANCER_COLUMNS
         align[BALANCER_AT:BALANCER_AT] = BALANCER_ALIGN
+    with_quality = gated(rows)
+    if with_quality:
+        columns.append(QUALITY_COLUMN)
+        align.append("---")
     out = ["# Rollout summary", "", "| %s |" % " | ".join(columns), "|%s|" % "|".join(align)]
-    out.extend("| %s |" % " | ".join(row_cells(row, bool(locked), with_balancer)) for row in rows)
+    out.extend("| %s |" % " | ".join(row_cells(row, bool(locked), with_balancer, with_quality)) for row in rows)
     out.extend(["", "Batches, in the order they ran: %s." % (batches_line(batches) or "none (no host needed anything)")])
     out.extend(kv_cache_lines(rows))
     if balancer_line(rows):
@@ -224,6 +244,8 @@ def markdown(rows, batches, benchmark_report=None, lock_file=False):
     if benchmark_report:
         out.extend(["", "Benchmark of the restarted hosts (`vllm bench serve`, baselines, plot): [%s](%s)"
                     % (benchmark_report, benchmark_report)])
+    # (last: its heading would otherwise hold the failures' paragraphs)
+    out.extend(quality_report.section([(row.get("host"), quality_of(row)) for row in rows]))
     return "\n".join(out) + "\n"
 
 
@@ -333,6 +355,9 @@ def host_line(row, with_why=True):
     if row.get("benchmark") not in (None, "", "ok"):
         # regressed (kept with benchmark_on_regression=warn) or failed: the figures alone do not say so
         parts.append("benchmark %s" % one_line(row["benchmark"]))
+    quality = quality_report.phrase(quality_of(row))
+    if quality:
+        parts.append(quality)
     line = "%s: %s" % (host, one_line(status))
     if parts:
         line += ", " + ", ".join(parts)
