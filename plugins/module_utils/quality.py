@@ -39,6 +39,7 @@ import re
 import stat
 import time
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import one_line
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import VllmApiError, clean_text, show
 
 FORMAT = 1
@@ -520,3 +521,46 @@ def make_entry(figures, model, quantization, tokenizer, passage, max_tokens, com
                     for answer in figures["answers"]],
         "passage": {"text": passage, "tokens": figures["passage_tokens"], "nll": round(figures["passage_nll"], 6)},
     }
+
+
+# ---------------------------------------------------------------------------
+# several hosts' records of one run
+
+
+def merge_recorded(records, nll_tolerance=0.05):
+    """The references of a record run over several hosts.
+
+    RECORDS: a list of ``{'host': name, 'entry': entry}`` (hosts without an entry are left out). Per model and
+    quantisation the first host's entry is kept; every other host that recorded the same model and quantisation is
+    compared with it (the greedy answers, the passage's NLL within NLL_TOLERANCE) and said to agree or not. Returns
+    ``{'references': {model: {quantization: entry}}, 'hosts': {model: {quantization: [host, ...]}}, 'notes': [...]}``.
+    """
+    references, hosts, notes = {}, {}, []
+    for record in records or []:
+        if not isinstance(record, dict) or not isinstance(record.get("entry"), dict):
+            continue
+        host, entry = one_line(record.get("host")), record["entry"]
+        problems = reference_problems(entry)
+        if problems:
+            notes.append("%s: its record is left out (%s)" % (host, "; ".join(problems[:3])))
+            continue
+        model, quantization = entry["model"], entry.get("quantization") or ""
+        kept = references.setdefault(model, {}).get(quantization)
+        hosts.setdefault(model, {}).setdefault(quantization, []).append(record.get("host"))
+        if kept is None:
+            references[model][quantization] = entry
+            continue
+        differ = [index + 1 for index, (left, right) in enumerate(zip(entry["prompts"], kept["prompts"]))
+                  if (left.get("token_ids"), left.get("text")) != (right.get("token_ids"), right.get("text"))]
+        difference = (entry["passage"]["nll"] - kept["passage"]["nll"]) / kept["passage"]["nll"]
+        first = hosts[model][quantization][0]
+        if differ or len(entry["prompts"]) != len(kept["prompts"]) or abs(difference) > nll_tolerance:
+            notes.append("%s disagrees with %s on %s (%s): %s, its passage NLL %+.2f %% from the kept one; look at "
+                         "both hosts before you commit the reference" % (
+                             host, one_line(first), one_line(model), one_line(quantization or 'no quantisation'),
+                             "answers %s differ" % ", ".join(str(item) for item in differ[:8])
+                             if differ else "the same answers", difference * 100))
+        else:
+            notes.append("%s agrees with %s on %s (%s): the same answers, passage NLL %+.2f %%" % (
+                host, one_line(first), one_line(model), one_line(quantization or 'no quantisation'), difference * 100))
+    return {"references": references, "hosts": hosts, "notes": notes}

@@ -25,7 +25,9 @@ description:
   - "O(mode=check) compares with the reference and fails the task when the gate fails, with the figures and the
     reference's side by side in one sentence that says what failed first. O(mode=record) measures and returns
     RV(entry), the reference for a person to review and commit under C(quality_references); nothing is written on the
-    host or the control node. O(mode=measure) returns the figures only."
+    host or the control node. O(mode=measure) returns the figures only. O(mode=preflight) sends nothing: it checks
+    the options and the reference (its shape, model, quantisation and the tokenizer of O(model_dir)) and says whether
+    the host would be gated, so that a bad reference stops a rollout before any host is stopped."
   - "The reference is a table: C(format) (1), C(model), C(quantization), C(build) (the server's C(/version) when it was
     recorded), C(tokenizer) (the tokenizer's fingerprint, see O(tokenizer_fingerprint)), C(recorded_at),
     C(settings) (C(max_tokens), C(compare_tokens), C(seed)), C(prompts) (per prompt C(prompt), C(token_ids), C(text))
@@ -43,9 +45,9 @@ options:
   mode:
     description:
       - V(check) gates against the reference, V(record) returns a new reference in RV(entry), V(measure) returns the
-        figures only.
+        figures only, V(preflight) checks the options and the reference without any request.
     type: str
-    choices: [check, record, measure]
+    choices: [check, record, measure, preflight]
     default: check
   base_url:
     description:
@@ -72,8 +74,10 @@ options:
     description:
       - The quantisation of the served checkpoint (C(int4), C(fp8), ...), the second key of O(references) and the
         reference's C(quantization). Empty for a checkpoint recorded without one.
+      - Not given, it is read from O(model_dir) as the benchmark reads it (C(hf_quant_config.json)'s
+        C(quantization.quant_algo), else C(config.json)'s C(quantization_config), else its C(torch_dtype)); empty
+        when there is no O(model_dir) or nothing there names one.
     type: str
-    default: ""
   references:
     description:
       - The table of references keyed by model, then quantisation (C(quality_references)). Mutually exclusive with
@@ -213,12 +217,12 @@ msg:
   sample: "Quality of kimi-k2.5 (int4) at http://127.0.0.1:8000 passed: 8 of 8 answers match, NLL 3.2170 per token
     against the reference's 3.2168 (+0.0 %, tolerance 5.0 %)."
 verdict:
-  description: V(passed), V(failed) or V(not_gated) (no reference, O(mode=record) or O(mode=measure)).
+  description: V(passed), V(failed) or V(not_gated) (no reference, O(mode=record), O(mode=measure) or O(mode=preflight)).
   returned: success, and on a gate failure
   type: str
   sample: passed
 gated:
-  description: Whether the figures were compared with a reference.
+  description: Whether the figures were compared with a reference; in O(mode=preflight), whether they will be.
   returned: success, and on a gate failure
   type: bool
   sample: true
@@ -242,10 +246,15 @@ model:
   type: str
   sample: kimi-k2.5
 quantization:
-  description: The quantisation key.
+  description: The quantisation key (given, or read from O(model_dir)).
   returned: always but for invalid options
   type: str
   sample: int4
+quantization_source:
+  description: Where RV(quantization) came from (C(given), the file and key of O(model_dir)), V(null) when neither.
+  returned: always but for invalid options
+  type: str
+  sample: config.json torch_dtype (no quantization_config)
 tokenizer:
   description: The tokenizer's fingerprint used (given or read from O(model_dir)); V(null) when neither.
   returned: always but for invalid options
@@ -317,6 +326,8 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.quality import (
     select_reference,
     tokenizer_fingerprint,
 )
+from ansible_collections.gpufleet.vllm.plugins.module_utils.bench.baseline import (
+    detect_quantization, normalize_quantization)
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import VllmClient, make_base_url, show
 
 
@@ -352,15 +363,33 @@ def _problems(params):
     for name in ("served_model_name", "model"):
         if params[name] is not None and not 0 < len(params[name]) <= 1000:
             problems.append("%s must be 1 to 1000 characters" % name)
-    if params["mode"] == "check":
+    if params["mode"] in ("check", "preflight"):
         for name in ("prompts", "passage"):
             if params[name] is not None:
-                problems.append("%s is for mode=record and mode=measure; mode=check uses the reference's" % name)
+                problems.append("%s is for mode=record and mode=measure; mode=%s uses the reference's" % (
+                    name, params["mode"]))
+    if params["quantization"]:
+        try:
+            normalize_quantization(params["quantization"])
+        except ValueError as exc:
+            problems.append("quantization: %s" % exc)
     if params["references"] is not None and not (params["model"] or params["served_model_name"]):
         problems.append("references needs model (or served_model_name) to find the model's reference")
     if params["mode"] == "record" and not (params["model"] or params["served_model_name"]):
         problems.append("mode=record needs model (or served_model_name) to name the reference's model")
     return problems
+
+
+def _quantization(params):
+    """(name, source): the quantisation given, else the one the model directory names, else ''."""
+    if params["quantization"] is not None:
+        return (normalize_quantization(params["quantization"]) if params["quantization"] else ""), "given"
+    if not params["model_dir"]:
+        return "", None
+    found = detect_quantization(params["model_dir"])
+    if not found.get("name"):
+        return "", None
+    return found["name"], found["source"]
 
 
 def _sentence_of(params, url, model, quantization):
@@ -371,13 +400,13 @@ def _sentence_of(params, url, model, quantization):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            mode=dict(type="str", choices=["check", "record", "measure"], default="check"),
+            mode=dict(type="str", choices=["check", "record", "measure", "preflight"], default="check"),
             base_url=dict(type="str"),
             host=dict(type="str"),
             port=dict(type="int"),
             served_model_name=dict(type="str"),
             model=dict(type="str"),
-            quantization=dict(type="str", default=""),
+            quantization=dict(type="str"),
             references=dict(type="dict"),
             reference=dict(type="dict"),
             tokenizer_fingerprint=dict(type="str", no_log=False),
@@ -413,10 +442,10 @@ def main():
 
     mode = params["mode"]
     model = params["model"] or params["served_model_name"]
-    quantization = params["quantization"] or ""
+    quantization, quantization_source = _quantization(params)
     where = _sentence_of(params, url, model, quantization)
     result = {"changed": False, "check_mode": module.check_mode, "url": url, "model": model,
-              "quantization": quantization, "tokenizer": None}
+              "quantization": quantization, "quantization_source": quantization_source, "tokenizer": None}
 
     def fail(message, kind, **extra):
         result.update(extra)
@@ -431,7 +460,7 @@ def main():
     result["tokenizer"] = tokenizer
 
     entry = None
-    if mode == "check":
+    if mode in ("check", "preflight"):
         try:
             entry = params["reference"] if params["reference"] is not None else select_reference(
                 params["references"], model, quantization)
@@ -443,6 +472,17 @@ def main():
                 fail("The quality reference of %s is refused: %s. Nothing was sent; record a reference for this "
                      "model, quantisation and tokenizer with mode=record." % (where, "; ".join(problems)),
                      "reference")
+    if mode == "preflight":
+        result.update(verdict="not_gated", gated=entry is not None)
+        if entry is None:
+            result["msg"] = ("Quality of %s will not be gated: there is no reference for this model and quantisation "
+                             "(record one with mode=record). Nothing was sent." % where)
+        else:
+            result["msg"] = ("The quality reference of %s fits (model, quantisation%s; recorded on build %s); the "
+                             "gate runs once the server is ready. Nothing was sent." % (
+                                 where, ", tokenizer" if tokenizer and entry.get("tokenizer") else "",
+                                 entry.get("build")))
+        module.exit_json(**result)
 
     if entry is not None:
         prompts = [item["prompt"] for item in entry["prompts"]]

@@ -179,3 +179,45 @@ def test_record_mode_without_token_ids_keeps_the_text(run, fake, model_dir):
         references["tiny"]["bf16"]["prompts"][0]["prompt"], 12)
     code, result = check(run, fake, model_dir, references)
     assert code == 0 and result["answers"]["per_prompt"][0]["compared"] == "token_ids"
+
+
+def test_preflight_sends_nothing_and_says_whether_the_host_will_be_gated(run, fake, model_dir):
+    references = recorded(run, fake, model_dir)
+    code, result = check(run, fake, model_dir, references, mode="preflight")
+    assert code == 0, result
+    assert result["gated"] is True and result["verdict"] == "not_gated" and "figures" not in result
+    assert "fits (model, quantisation, tokenizer; recorded on build 0.33.0)" in result["msg"]
+    code, result = check(run, fake, model_dir, {"other": {}}, mode="preflight")
+    assert code == 0 and result["gated"] is False and "will not be gated" in result["msg"]
+    assert fake.requests == []
+
+
+@pytest.mark.parametrize("fault, words", [
+    (lambda entry: entry.update(model="other"), "recorded for the model 'other', not 'tiny'"),
+    (lambda entry: entry.update(tokenizer="sha256:" + "0" * 64), "recorded with the tokenizer sha256:000"),
+    (lambda entry: entry["passage"].pop("nll"), "passage.nll is not a positive number"),
+])
+def test_preflight_refuses_a_reference_that_cannot_be_this_hosts(run, fake, model_dir, fault, words):
+    references = recorded(run, fake, model_dir)
+    fault(references["tiny"]["bf16"])
+    code, result = check(run, fake, model_dir, references, mode="preflight")
+    assert code == 1 and result["error_kind"] == "reference" and words in result["msg"], result
+    assert "Nothing was sent" in result["msg"] and fake.requests == []
+
+
+def test_the_quantisation_is_read_from_the_model_directory_when_not_given(run, fake, model_dir, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text('{"torch_dtype": "bfloat16"}')
+    references = recorded(run, fake, model_dir, quantization=None)
+    assert list(references["tiny"]) == ["bf16"]
+    code, result = check(run, fake, model_dir, references, quantization=None)
+    assert code == 0 and result["quantization"] == "bf16" and result["verdict"] == "passed", result
+    assert result["quantization_source"].startswith("config.json torch_dtype")
+    config.write_text('{"quantization_config": {"quant_method": "fp8"}}')
+    code, result = check(run, fake, model_dir, references, quantization=None, mode="preflight")
+    assert code == 0 and result["quantization"] == "fp8" and result["gated"] is False, result
+
+
+def test_a_quantisation_that_is_no_plain_name_is_refused(run, fake, model_dir):
+    code, result = check(run, fake, model_dir, None, quantization="int4\nfp8")
+    assert code == 1 and result["error_kind"] == "options" and "quantization" in result["msg"], result
