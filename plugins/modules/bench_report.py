@@ -71,7 +71,13 @@ options:
         type: dict
         default: {}
       summary:
-        description: Written as C(summary.json).
+        description:
+          - Written as C(summary.json).
+          - Its optional C(quality) is the host's quality gate result (C(quality_result), what
+            M(gpufleet.vllm.vllm_quality_info) returns); it is kept as a small, checked digest of its figures and the
+            reference's, and C(report.md) shows it as the host's C(Answer quality) table (verdict, answers matched,
+            the passage's NLL against the reference's, the relative difference and its tolerance, the build against
+            the reference's). V(null), or a skipped result, is left out.
         type: dict
       run_id:
         description: The run the result belongs to; when given it must be the run of this report (O(run_id)).
@@ -270,6 +276,11 @@ hosts:
     failure:
       description: Why the host's run failed, if it did.
       type: str
+    quality:
+      description:
+        - The quality gate's figures next to the reference's in a few words (V(null) when the gate did not run
+          before the benchmark).
+      type: str
   sample:
     - host: gpu-node-1
       model: kimi-k2.5
@@ -282,6 +293,7 @@ hosts:
       regressed: false
       verdict: "within 10% of the baseline of kimi-k2.5: single_stream_tok_s 81.6 tok/s (baseline 82.0), ..."
       failure: null
+      quality: "quality passed: 8/8 answers, NLL 1.2345 (ref 1.2301, +0.4 %)"
 written:
   description: Paths written (kept results and report files) or, in check mode, that would be.
   returned: always

@@ -19,6 +19,12 @@ description:
     runs it once per run (C(run_once)).
   - It is an action plugin and runs on the control node, in the Python that runs Ansible, whatever host the task is
     for. No module is sent to a host and no connection is opened, so the task needs no C(delegate_to).
+  - "When the quality gate ran on a host (its row's C(quality), from the host's C(quality_result)), its figures stand
+    next to the reference's: in the host's line (V(quality passed: 8/8 answers, NLL 1.2345), then the reference's NLL
+    and the relative difference),
+    in an C(answer quality) column of the table, and in a small table per host under C(## Answer quality) at the end
+    of C(summary.md) (verdict, answers matched, the passage's NLL and the reference's, the relative difference and its
+    tolerance, the build and the reference's), with what failed or why nothing was measured."
   - Every value is written on one line of the table (control characters escaped, C(|) escaped), so a host name or a
     failure message cannot break the table.
   - Both files are written atomically (a temporary file renamed over the old one). The result's C(changed) is always

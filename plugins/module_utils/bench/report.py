@@ -22,6 +22,9 @@ Public API:
   host results to write (summary.json and the level files), unchanged files
   left out; raises ``HistoryError`` when a kept file would change
 * ``md_text(value) -> str``: a value from a host made safe for Markdown
+* ``with_quality(summary) -> dict``: a host's summary with its quality gate's
+  figures as summary.json keeps them (report.quality's digest), shown in
+  report.md as the host's "Answer quality" table
 
 Links: a host directory of the run that is a symbolic link is skipped;
 a result or summary file that is one is not read (listed as a problem);
@@ -44,6 +47,7 @@ import stat
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import result as bench
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench import plot as bench_plot
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import quality as quality_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import printable_block, valid_text
 
 SUMMARY_NAME = 'summary.json'
@@ -88,7 +92,7 @@ def plan_results(run_dir, results):
                                                            else 'not a directory'))
         files = dict(item.get('files') or {})
         if item.get('summary') is not None:
-            files[SUMMARY_NAME] = json.dumps(item['summary'], indent=2, sort_keys=False) + '\n'
+            files[SUMMARY_NAME] = json.dumps(with_quality(item['summary']), indent=2, sort_keys=False) + '\n'
         for name in sorted(files):
             if not isinstance(name, str) or not SAFE_NAME.match(name):
                 raise HistoryError('file name %r of host %s is not a plain file name' % (name, host))
@@ -104,6 +108,19 @@ def plan_results(run_dir, results):
                 raise HistoryError('%s is already kept with other content: results are never overwritten (use a new '
                                    'run id)' % path)
     return planned
+
+
+def with_quality(summary):
+    """A host's summary as summary.json keeps it: its ``quality`` (the host's quality_result, which the benchmark
+    role passes) as report.quality's digest, the figures next to the reference's, small and checked; left out when
+    the quality gate did not run (None, skipped)."""
+    if not isinstance(summary, dict) or 'quality' not in summary:
+        return summary
+    kept = dict(summary)
+    quality = quality_report.digest(kept.pop('quality'))
+    if quality is not None:
+        kept['quality'] = quality
+    return kept
 
 
 def text(value):
@@ -268,6 +285,7 @@ def host_figures(entry):
         'regressed': bool(verdict.get('regressed')),
         'verdict': _plain(verdict.get('message')),
         'failure': _plain(meta.get('failure')),
+        'quality': quality_report.phrase(quality_report.digest(meta.get('quality'))) or None,
     }
 
 
@@ -349,6 +367,11 @@ def render_markdown(entries, run_id, title='vLLM benchmark fleet report', png_na
                 label = ('**Regression**' if verdict.get('regressed')
                          else '**Inconclusive**' if verdict.get('inconclusive') else 'Baseline')
                 lines.extend(['', '%s: %s' % (label, _cell(verdict['message']))])
+        quality = quality_report.table(quality_report.digest(meta.get('quality')))
+        if quality:
+            lines.extend(['', '### Answer quality', '', 'Greedy answers and the mean negative log-likelihood (NLL) per '
+                          'token of a fixed passage, against the reference recorded for the model and quantisation '
+                          '(the quality gate, measured before this benchmark).', ''] + quality)
         for problem in entry.get('problems') or []:
             lines.extend(['', 'Unreadable: %s' % _cell(problem)])
     if trend:

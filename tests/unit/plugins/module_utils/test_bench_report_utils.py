@@ -209,7 +209,7 @@ def test_host_figures_and_numbers():
                                          'summary': {'levels': [{}, {}]}, 'verdict': {'regressed': 1, 'message': 2}})
     assert figures == {'host': 'gpu-\\xff', 'model': 7, 'status': 'ok', 'single_stream_tok_s': None, 'peak_tok_s': None,
                        'peak_concurrency': None, 'failed_requests': None, 'levels': 2, 'regressed': True,
-                       'verdict': 2, 'failure': None}
+                       'verdict': 2, 'failure': None, 'quality': None}
     assert bench_report.host_figures({})['levels'] == 0
     assert [bench_report._num(value) for value in (None, True, 'x', '1234.56', 2)] == ['-', '-', '-', '1,234.6', '2.0']
     assert bench_report._num(1234.5, 0) == '1,234' and bench_report._num(1234.5, 2) == '1,234.50'
