@@ -580,9 +580,15 @@ MODEL_KEY_MAX_FILES = 256
 MODEL_KEY_MAX_BYTES = 64 * 1024 * 1024
 
 
+#: the configuration files a policy edits in place (the SM120 role, an operator by hand): the answers follow the
+#: weights and the tokenizer, not these, so hosts under the same policy, or edited differently, answer alike
+MODEL_KEY_SKIPPED = frozenset(("config.json", "generation_config.json", "hf_quant_config.json"))
+
+
 def model_key(model, incoherent=False):
-    """A sha256 of the model directory's contents (its top-level files, links followed; names and sizes only beyond
-    64 MiB read), or of the model's name when it is no directory; another one for an incoherent build."""
+    """A sha256 of the model directory's contents (its top-level files but the configuration a policy edits, links
+    followed; names and sizes only beyond 64 MiB read), or of the model's name when it is no directory; another one
+    for an incoherent build."""
     digest = hashlib.sha256(b"incoherent\n" if incoherent else b"model\n")
     try:
         names = sorted(os.listdir(model))[:MODEL_KEY_MAX_FILES] if os.path.isdir(model) else None
@@ -594,7 +600,7 @@ def model_key(model, incoherent=False):
     budget = MODEL_KEY_MAX_BYTES
     for name in names:
         path = os.path.join(model, name)
-        if not os.path.isfile(path):
+        if name in MODEL_KEY_SKIPPED or not os.path.isfile(path):
             continue
         size = os.path.getsize(path)
         digest.update(("%s %d\n" % (name, size)).encode("utf-8", "replace"))

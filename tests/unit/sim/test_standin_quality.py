@@ -41,8 +41,9 @@ def write_model(path, extra=""):
         "version": "1.0", "added_tokens": [{"id": 0, "content": "<unk>", "special": True}],
         "pre_tokenizer": {"type": "Whitespace"},
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}))
-    (path / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 4096,
-                                                  "note": extra}))
+    (path / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 4096}))
+    if extra:
+        (path / "model.safetensors").write_text(extra)
     return str(path)
 
 
@@ -135,6 +136,15 @@ def test_two_starts_of_the_same_model_agree_and_a_damaged_model_fails(run, stand
     code, result = gate(run, standin(damaged), model_dir, references)
     assert code == 1 and result["verdict"] == "failed"
     assert result["answers"]["matched"] <= 1, result["msg"]
+
+
+def test_answers_follow_the_weights_and_the_tokenizer_not_the_config_a_policy_edits(run, standin, tmp_path):
+    model_dir = write_model(tmp_path / "model", extra="weights")
+    references = record(run, standin(model_dir), model_dir)
+    with open(os.path.join(model_dir, "config.json"), "w") as handle:
+        json.dump({"model_type": "llama", "max_position_embeddings": 4096, "edited": "by the SM120 policy"}, handle)
+    code, result = gate(run, standin(model_dir), model_dir, references)
+    assert code == 0 and result["verdict"] == "passed", result["msg"]
 
 
 def test_the_incoherent_fault_hits_its_build_only(run, standin, tmp_path):
