@@ -72,6 +72,24 @@ def rollout_rows(targets, hostvars):
     return rows
 
 
+def rollout_quality(hosts, hostvars, markdown=False, var="quality_result"):
+    """The quality gate's figures of HOSTS next to the reference's (see rollout_quality.yml): host -> the digest
+    with its ``summary`` line (None when the gate did not run), or, with MARKDOWN, the ``## Answer quality`` section
+    of a report ('' when it ran on none)."""
+    if not isinstance(hosts, (list, tuple)):
+        raise AnsibleFilterError("rollout_quality expects a list of hosts, got %s" % type(hosts).__name__)
+    if not isinstance(var, str) or not var:
+        raise AnsibleFilterError("rollout_quality: var must name the hosts' variable, got %r" % (var,))
+    found = []
+    for host in hosts:
+        facts = hostvars[host] if host in hostvars else {}
+        found.append((host, quality_report.digest(rollout.note(facts, var, None))))
+    if rollout.as_bool(markdown):
+        return "\n".join(quality_report.section(found)).strip("\n")
+    return dict((host, dict(summary, summary=quality_report.phrase(summary), finding=quality_report.finding(summary))
+                 if summary else None) for host, summary in found)
+
+
 def rollout_batches(targets, hostvars):
     """The batches in the order they ran, the canary first (see rollout_batches.yml)."""
     return rollout.ran_batches(targets, hostvars)
@@ -88,4 +106,5 @@ class FilterModule(object):
             "rollout_serves_again": rollout_serves_again,
             "rollout_rows": rollout_rows,
             "rollout_batches": rollout_batches,
+            "rollout_quality": rollout_quality,
         }

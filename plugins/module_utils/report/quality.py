@@ -38,6 +38,8 @@ KIND_WORDS = {
     "http": "HTTP error",
     "server": "server not answering",
     "invalid": "answers not vLLM's",
+    # (the task that measures failed before the module answered: its options refused, the role's checks)
+    "task": "its task failed",
 }
 MAX_TEXT = 200
 MAX_MSG = 2000
@@ -151,7 +153,10 @@ def _nll(value):
 
 
 def _relative(value):
-    return "%+.1f %%" % (value * 100) if value is not None else "inf"
+    if value is None:
+        return "inf"
+    # (a difference that rounds to nothing is +0.0 %, not -0.0 %)
+    return "%+.1f %%" % (value * 100 if round(value * 100, 1) != 0 else 0.0)
 
 
 def _answers(answers):

@@ -114,3 +114,30 @@ def test_hostile_strings_in_the_result_stay_text_in_the_summary(tmp_path):
         if row.startswith("| ") and "answer quality" not in row and not row.startswith("| host"):
             # (the quality tables' four cells; the summary's 12 and its quality column)
             assert row.replace("\\|", "").count("|") in (5, 14), row
+
+
+def test_rollout_quality_gives_each_hosts_figures_or_the_markdown_section():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpufleet.vllm.plugins.filter.rollout import rollout_quality
+    hostvars = fleet()
+    found = rollout_quality(list(hostvars), hostvars)
+    assert sorted(found) == sorted(hostvars)
+    assert found["gpu-a01"]["summary"] == "quality passed: 8/8 answers, NLL 1.2345 (ref 1.2301, +0.4 %)"
+    assert found["gpu-a01"]["finding"] is False
+    assert found["gpu-a02"]["finding"] is True and found["gpu-a06"]["finding"] is True
+    assert found["gpu-a03"]["finding"] is False and found["gpu-a04"] is None and found["gpu-a05"] is None
+    # a host missing from hostvars, another variable
+    assert rollout_quality(["gone"], hostvars) == {"gone": None}
+    other = rollout_quality(["gpu-a01"], {"gpu-a01": {"audit_q": results.gated()}}, var="audit_q")
+    assert other["gpu-a01"]["verdict"] == "passed"
+    md = rollout_quality(list(hostvars), hostvars, markdown=True)
+    assert md.startswith("## Answer quality\n") and not md.endswith("\n")
+    assert "**gpu-a02**: quality FAILED: 1/8 answers" in md and "gpu-a04" not in md
+    assert rollout_quality(["gpu-a04"], hostvars, markdown=True) == ""
+    for bad in ("gpu-a01", None):
+        try:
+            rollout_quality(bad, hostvars)
+        except AnsibleFilterError as exc:
+            assert "expects a list of hosts" in str(exc)
+        else:
+            raise AssertionError("accepted %r" % (bad,))
