@@ -580,15 +580,22 @@ MODEL_KEY_MAX_FILES = 256
 MODEL_KEY_MAX_BYTES = 64 * 1024 * 1024
 
 
-#: the configuration files a policy edits in place (the SM120 role, an operator by hand): the answers follow the
-#: weights and the tokenizer, not these, so hosts under the same policy, or edited differently, answer alike
-MODEL_KEY_SKIPPED = frozenset(("config.json", "generation_config.json", "hf_quant_config.json"))
+#: the files a model's answers follow: its weights and its tokenizer. Not its configuration, which a policy edits in
+#: place (the SM120 role, an operator by hand), nor the backups an edit leaves beside it: hosts under the same policy,
+#: or edited differently, answer alike
+MODEL_KEY_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf", ".model", ".tiktoken")
+MODEL_KEY_NAMES = frozenset(("vocab.json", "vocab.txt", "merges.txt", "special_tokens_map.json", "added_tokens.json"))
+
+
+def _model_key_file(name):
+    return (name.endswith(MODEL_KEY_SUFFIXES) or name in MODEL_KEY_NAMES
+            or (name.startswith("tokenizer") and name.endswith((".json", ".txt"))))
 
 
 def model_key(model, incoherent=False):
-    """A sha256 of the model directory's contents (its top-level files but the configuration a policy edits, links
-    followed; names and sizes only beyond 64 MiB read), or of the model's name when it is no directory; another one
-    for an incoherent build."""
+    """A sha256 of the model directory's contents (its top-level weight and tokenizer files, links followed; names
+    and sizes only beyond 64 MiB read), or of the model's name when it is no directory; another one for an incoherent
+    build."""
     digest = hashlib.sha256(b"incoherent\n" if incoherent else b"model\n")
     try:
         names = sorted(os.listdir(model))[:MODEL_KEY_MAX_FILES] if os.path.isdir(model) else None
@@ -600,7 +607,7 @@ def model_key(model, incoherent=False):
     budget = MODEL_KEY_MAX_BYTES
     for name in names:
         path = os.path.join(model, name)
-        if name in MODEL_KEY_SKIPPED or not os.path.isfile(path):
+        if not _model_key_file(name) or not os.path.isfile(path):
             continue
         size = os.path.getsize(path)
         digest.update(("%s %d\n" % (name, size)).encode("utf-8", "replace"))

@@ -143,6 +143,8 @@ def test_answers_follow_the_weights_and_the_tokenizer_not_the_config_a_policy_ed
     references = record(run, standin(model_dir), model_dir)
     with open(os.path.join(model_dir, "config.json"), "w") as handle:
         json.dump({"model_type": "llama", "max_position_embeddings": 4096, "edited": "by the SM120 policy"}, handle)
+    with open(os.path.join(model_dir, "config.json.628.2026-12-07@16:29:01~"), "w") as handle:
+        handle.write("the backup the edit left")
     code, result = gate(run, standin(model_dir), model_dir, references)
     assert code == 0 and result["verdict"] == "passed", result["msg"]
 
