@@ -181,3 +181,16 @@ def test_a_refused_reference_is_a_measure_that_failed_shown_with_its_reason(tmp_
     row = [line for line in md.splitlines() if line.startswith("| gpu-a01")][0]
     assert row.startswith("| gpu-a01 | quality |") and row.endswith("| not measured (reference refused) |")
     assert "Not measured: The quality reference of tiny at http" in md and "recorded for the model 'another'" in md
+
+
+def test_settings_the_role_refuses_are_a_measure_that_failed_not_a_failed_audit(tmp_path, servers):
+    fleet, hostvars, group_vars = fleet_of(servers)
+    hostvars["gpu-a01"]["quality_min_match"] = "most of them"
+    proc, report = run_audit(tmp_path, {"gpu-a01": fleet["gpu-a01"]}, {"gpu-a01": hostvars["gpu-a01"]}, group_vars)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    md = (report / "drift.md").read_text()
+    row = [line for line in md.splitlines() if line.startswith("| gpu-a01")][0]
+    assert row.startswith("| gpu-a01 | quality |") and row.endswith("| not measured (its task failed) |"), row
+    assert "Not measured: The quality of gpu-a01 was not measured: Validation of arguments failed: argument " \
+        "'quality_min_match' is of type str" in md, md
+    assert "(failed task: " in md
