@@ -10,6 +10,8 @@ The logic lives in plugins/module_utils/quality.py, shared with gpufleet.vllm.vl
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import json
+
 import yaml
 
 from ansible.errors import AnsibleFilterError
@@ -37,7 +39,9 @@ def quality_recorded(hosts, hostvars, nll_tolerance=0.05, recorded_at=''):
     lines.extend('# %s.' % one_line(note) for note in merged['notes'])
     lines.append('# Review them, then copy quality_references into your inventory (group_vars) and gate with '
                  'quality_mode=gate.')
-    body = yaml.safe_dump({'quality_references': merged['references']}, default_flow_style=False, sort_keys=True,
+    # (plain data: the values Ansible hands a filter are its own tagged types, which safe_dump does not know)
+    plain = json.loads(json.dumps({'quality_references': merged['references']}))
+    body = yaml.safe_dump(plain, default_flow_style=False, sort_keys=True,
                           allow_unicode=False, width=120)
     merged['content'] = '\n'.join(lines) + '\n' + body
     return merged
