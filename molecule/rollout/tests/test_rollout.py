@@ -319,7 +319,7 @@ def traffic(name):
         return json.load(handle)
 
 
-@pytest.mark.parametrize("name", ["first", "converge", "faults", "faults2"])
+@pytest.mark.parametrize("name", ["first", "converge", "faults", "faults2", "faults3"])
 def test_clients_through_the_balancer_saw_no_failed_request(name):
     seen = traffic(name)
     assert seen["failed"] == 0 and seen["ok"] == seen["sent"] and seen["ok"] >= 20, seen
@@ -385,3 +385,21 @@ def test_faults_in_the_window_and_at_the_gate_each_rolled_back_and_back_in_rotat
     measured = re.search(r"single stream: (\d+\.\d) tok/s is \d+\.\d% below the baseline 82\.0 tok/s",
                          faults["rollout-3"]["failure"])
     assert measured and 15 <= float(measured.group(1)) <= 25, faults["rollout-3"]  # the slow build's 20 tok/s
+
+
+def test_a_build_that_answers_incoherently_failed_the_quality_gate_and_was_rolled_back():
+    summary = report("faults3", "summary.json")
+    row = rows(summary)["rollout-2"]
+    assert summary["batches"] == [["rollout-2"]]
+    assert row["status"] == "FAILED, rolled back", row
+    assert row["inflight_at_stop"] == 0 and row["back_in_rotation"] is True, row
+    # ready, pristine and fast, and still caught: the answers and the passage's NLL against the reference
+    assert "Quality of kimi-k2.5 (nvfp4) at http://127.0.0.1:8000 failed: the greedy answers match the reference " \
+        "for" in row["failure"], row
+    assert row["quality"]["verdict"] == "failed" and row["quality"]["answers"]["matched"] <= 1, row["quality"]
+    assert row["quality"]["passage"]["relative_difference"] > 0.5, row["quality"]
+    assert row["build_after"] == row["build_before"] and row["build_tried"].startswith("0.33.1.dev8+g"), row
+    # the hosts the converging rollout gated passed against the same reference
+    for name, gated in rows(report("converge", "summary.json", 0)).items():
+        if gated.get("quality"):
+            assert gated["quality"]["verdict"] == "passed", (name, gated["quality"])

@@ -171,3 +171,20 @@ def test_prompt_logprobs_are_refused_with_a_stream_as_vllm_refuses_them(standin,
         urllib.request.urlopen(request, timeout=30)
     assert exc.value.code == 400
     assert "not available when `stream=True`" in exc.value.read().decode()
+
+
+def test_the_simulated_fleets_recorded_reference_still_passes_on_the_simulated_model(run, standin, tmp_path):
+    # tests/sim/inventory keeps the reference recorded on the demo fleet; the demo and the rollout scenario gate on
+    # it. A change of the stand-in's answers or of the simulated model directory must come with a new recording.
+    pytest.importorskip("tokenizers")
+    import yaml
+    from helpers import load_source
+    make_model_dir = load_source("gpufleet_sim_make_model_dir_q", "tests", "sim", "model", "make_model_dir.py")
+    with open(os.path.join(REPO, "tests", "sim", "inventory", "group_vars", "vllm_fleet.yml")) as handle:
+        references = yaml.safe_load(handle)["quality_references"]
+    model_dir = make_model_dir.make_model_dir(str(tmp_path / "kimi-k2.5-nvfp4"))["model_dir"]
+    server = standin(model_dir, "/opt/vllm/envs/vllm-0.33.1.dev7")
+    code, result = run(dict(base_url=server.url, served_model_name="sim", model="kimi-k2.5", model_dir=model_dir,
+                            references=references))
+    assert code == 0 and result["verdict"] == "passed" and result["quantization"] == "nvfp4", result["msg"]
+    assert result["answers"]["matched"] == 8 and result["passage"]["relative_difference"] == 0.0, result["msg"]
