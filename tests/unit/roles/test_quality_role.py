@@ -99,3 +99,23 @@ def test_the_preflight_refuses_a_reference_of_another_tokenizer_before_any_reque
 def test_off_does_nothing(tmp_path, fake, model_dir):
     proc, output = play(tmp_path, fake, model_dir, quality_mode="off")
     assert proc.returncode == 0 and fake.requests == [], output
+
+
+class _DyingModule(FakeVllm):
+    """A server whose passage logprob is an integer no float holds: the module dies on the host (no verdict, no
+    message), and failed_when false would leave the registered result looking fine."""
+
+    def logprob(self, position, token_id):
+        return -10 ** 400 if position == 1 else super(_DyingModule, self).logprob(position, token_id)
+
+
+def test_a_measure_that_ends_without_a_verdict_fails_the_host_with_a_sentence(tmp_path, model_dir):
+    server = _DyingModule().start()
+    try:
+        proc, output = play(tmp_path, server, model_dir)
+        assert proc.returncode == 2 and "failed=1" in output, output
+        assert "ended without a verdict or a message" in output, output
+        proc, output = play(tmp_path, server, model_dir, quality_on_failure="warn")
+        assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): The quality measure of gpu-1" in output
+    finally:
+        server.stop()
