@@ -119,3 +119,15 @@ def test_a_measure_that_ends_without_a_verdict_fails_the_host_with_a_sentence(tm
         assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): The quality measure of gpu-1" in output
     finally:
         server.stop()
+
+
+def test_the_preflight_refuses_what_the_gate_would_refuse_after_a_restart(tmp_path, fake, model_dir):
+    # (the rollout validates main only when it includes it, after the host restarted: a typo there rolls it back)
+    specs = yaml.safe_load(open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))), "roles", "quality", "meta", "argument_specs.yml")))["argument_specs"]
+    assert set(specs["main"]["options"]) <= set(specs["preflight"]["options"])
+    for bad in ({"quality_on_failure": "ignore"}, {"quality_max_tokens": "many"},
+                {"quality_mode": "record", "quality_max_tokens": 4, "quality_compare_tokens": 8}):
+        proc, output = play(tmp_path, fake, model_dir, tasks_from="preflight", **bad)
+        assert proc.returncode == 2 and "failed=1" in output and fake.requests == [], (bad, output)
+    assert "compare_tokens must be 1 to max_tokens (4); got 8" in output
