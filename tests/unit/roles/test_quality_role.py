@@ -85,6 +85,14 @@ def test_a_server_without_prompt_logprobs_fails_the_host_with_what_is_missing(tm
     assert proc.returncode == 2 and "prompt_logprobs" in output, output
 
 
+def test_a_record_where_no_host_measured_writes_no_file(tmp_path, fake, model_dir):
+    # (a file with an empty quality_references, copied into the inventory as it asks, would wipe the references)
+    fake.prompt_logprobs = False
+    proc, output = play(tmp_path, fake, model_dir, quality_mode="record")
+    assert proc.returncode == 2 and "prompt_logprobs" in output, output
+    assert not (tmp_path / "reports").exists() or os.listdir(str(tmp_path / "reports")) == [], output
+
+
 def test_the_preflight_refuses_a_reference_of_another_tokenizer_before_any_request(tmp_path, fake, model_dir):
     references = recorded(tmp_path, fake, model_dir)
     references["tiny"]["bf16"]["tokenizer"] = "sha256:" + "0" * 64
