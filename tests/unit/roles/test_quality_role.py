@@ -38,15 +38,16 @@ def model_dir(tmp_path):
     return str(path)
 
 
-def play(tmp_path, fake, model_dir, tasks_from="main", **role_vars):
-    """ansible-playbook of one play on two local hosts that include the role (both measure FAKE)."""
+def play(tmp_path, fake, model_dir, tasks_from="main", after=(), **role_vars):
+    """ansible-playbook of one play on two local hosts that include the role (both measure FAKE), then AFTER."""
     role_vars = dict({"quality_port": int(fake.url.rsplit(":", 1)[1]), "quality_served_model_name": fake.model,
                       "quality_model_dir": model_dir, "quality_record_dir": str(tmp_path / "reports")}, **role_vars)
     playbook = tmp_path / "play.yml"
     playbook.write_text(yaml.safe_dump([{
         "name": "Quality", "hosts": "fleet", "gather_facts": False,
         "tasks": [{"name": "The role", "ansible.builtin.include_role": {
-            "name": "gpufleet.vllm.quality", "tasks_from": tasks_from}, "vars": role_vars}]}], sort_keys=False))
+            "name": "gpufleet.vllm.quality", "tasks_from": tasks_from}, "vars": role_vars}] + list(after)}],
+        sort_keys=False))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"fleet": {"hosts": {"gpu-1": {}, "gpu-2": {}}}}}}))
     proc = query_tests.ansible_playbook(str(tmp_path), str(playbook), str(inventory), {})
@@ -123,8 +124,12 @@ def test_a_measure_that_ends_without_a_verdict_fails_the_host_with_a_sentence(tm
         proc, output = play(tmp_path, server, model_dir)
         assert proc.returncode == 2 and "failed=1" in output, output
         assert "ended without a verdict or a message" in output, output
-        proc, output = play(tmp_path, server, model_dir, quality_on_failure="warn")
+        # (warned, and what the summary and the audit read says a measure that failed: not a host without figures)
+        after = [{"name": "The registered result", "ansible.builtin.debug": {
+            "msg": "error_kind={{ quality_result.error_kind | default('none') }}"}}]
+        proc, output = play(tmp_path, server, model_dir, after=after, quality_on_failure="warn")
         assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): The quality measure of gpu-1" in output
+        assert output.count("error_kind=task") == 2, output
     finally:
         server.stop()
 
