@@ -105,6 +105,15 @@ def test_the_preflight_refuses_a_reference_of_another_tokenizer_before_any_reque
     assert proc.returncode == 0 and fake.requests == [], output
 
 
+def test_no_served_model_name_and_no_references_measures_the_first_model_listed(tmp_path, fake, model_dir):
+    # (the README: an empty quality_served_model_name means the first model /v1/models lists)
+    proc, output = play(tmp_path, fake, model_dir, tasks_from="preflight", quality_served_model_name="")
+    assert proc.returncode == 0 and fake.requests == [], output
+    proc, output = play(tmp_path, fake, model_dir, quality_served_model_name="")
+    assert proc.returncode == 0 and "not gated: there" in output, output
+    assert {request[2]["model"] for request in fake.completions()} == {"tiny"}
+
+
 def test_off_does_nothing(tmp_path, fake, model_dir):
     proc, output = play(tmp_path, fake, model_dir, quality_mode="off")
     assert proc.returncode == 0 and fake.requests == [], output
