@@ -27,7 +27,11 @@ def quality_recorded(hosts, hostvars, nll_tolerance=0.05, recorded_at=''):
     try:
         tolerance = float(nll_tolerance)
     except (TypeError, ValueError):
-        raise AnsibleFilterError('quality_recorded: nll_tolerance must be a number, got %r' % (nll_tolerance,))
+        tolerance = None
+    # (NaN compares false with everything: every host would be said to agree)
+    if tolerance is None or not 0 <= tolerance <= 10:
+        raise AnsibleFilterError('quality_recorded: nll_tolerance must be a number from 0 to 10, got %r' % (
+            nll_tolerance,))
     records = []
     for host in hosts:
         result = (hostvars or {}).get(host, {}).get('quality_result')

@@ -53,7 +53,8 @@ def test_a_malformed_record_is_left_out_and_named_and_odd_text_stays_one_comment
     assert yaml.safe_load(found["content"]) == {"quality_references": {"kimi-k2.5": {"int4": entry()}}}
 
 
-@pytest.mark.parametrize("hosts, tolerance", [("gpu-1", 0.05), ([1], 0.05), (["a"], "five")])
+@pytest.mark.parametrize("hosts, tolerance", [("gpu-1", 0.05), ([1], 0.05), (["a"], "five"), (["a"], "nan"),
+                                             (["a"], float("inf")), (["a"], -0.1)])
 def test_bad_input_is_a_clear_error(hosts, tolerance):
     with pytest.raises(AnsibleFilterError, match="quality_recorded"):
         quality_recorded(hosts, {}, tolerance)
