@@ -147,8 +147,14 @@ def tokenizer_fingerprint(model_dir, max_bytes=MAX_TOKENIZER_BYTES):
 # the reference
 
 
-def select_reference(references, model, quantization):
-    """The entry of REFERENCES (model, then quantisation) or None; QualityError when the table is malformed."""
+def select_reference(references, model, quantization, quantization_how=None):
+    """The entry of REFERENCES (model, then quantisation) or None; QualityError when the table is malformed.
+
+    A model with references for other quantisations but none for QUANTIZATION is refused (kind ``reference``): the
+    quantisation may have been read wrong from the model directory (QUANTIZATION_HOW says how it was found), and a
+    gate that quietly passed as "not gated" would wave a damaged host through. ``references[model][quantization]:
+    null`` says on purpose that a quantisation has no reference yet.
+    """
     if references is None:
         return None
     if not isinstance(references, dict):
@@ -160,6 +166,13 @@ def select_reference(references, model, quantization):
     if not isinstance(per_model, dict):
         raise QualityError("references[%s] is not a table keyed by quantisation (got %s)" % (
             show(model), type(per_model).__name__), kind="reference")
+    if quantization not in per_model and per_model:
+        raise QualityError(
+            "references[%s] has a reference for %s but none for %s (%s); record one for it, or set "
+            "references[%s][%s] to null to measure it without a gate" % (
+                show(model), ", ".join(show(key or "no quantisation") for key in sorted(per_model, key=str)[:8]),
+                show(quantization or "no quantisation"), quantization_how or "the quantisation given",
+                show(model), show(quantization)), kind="reference")
     return per_model.get(quantization)
 
 
@@ -312,10 +325,18 @@ def parse_prompt_logprobs(body, prompt_ids=None):
         else:
             raise QualityError("prompt_logprobs[%d] holds %d tokens and the reply has no prompt_token_ids to tell "
                                "the prompt's own" % (position, len(entry)), kind="invalid")
-        logprob = value.get("logprob", 0.0) if isinstance(value, dict) else None
+        if not isinstance(value, dict) or "logprob" not in value:
+            raise QualityError("prompt_logprobs[%d] has no logprob of the prompt's token: %s" % (position, show(entry)),
+                               kind="invalid")
+        logprob = value["logprob"]
         if logprob is None:
             logprob = float("-inf")
-        if not _is_number(logprob) or math.isnan(logprob) or logprob > 0:
+        try:
+            # (a whole number too large for a float is no logprob either)
+            logprob = float(logprob) if _is_number(logprob) else None
+        except OverflowError:
+            logprob = None
+        if logprob is None or math.isnan(logprob) or logprob > 0:
             raise QualityError("prompt_logprobs[%d] has no logprob of the prompt's token: %s" % (position, show(entry)),
                                kind="invalid")
         total -= logprob

@@ -82,6 +82,9 @@ options:
     description:
       - The table of references keyed by model, then quantisation (C(quality_references)). Mutually exclusive with
         O(reference).
+      - A model that has references for other quantisations but none for this one is refused (the quantisation may
+        have been read wrong from O(model_dir)); a quantisation set to V(null) has no reference on purpose and is
+        measured without a gate.
     type: dict
   reference:
     description: One reference (an entry of O(references)). Mutually exclusive with O(references).
@@ -222,8 +225,11 @@ verdict:
   type: str
   sample: passed
 gated:
-  description: Whether the figures were compared with a reference; in O(mode=preflight), whether they will be.
-  returned: success, and on a gate failure
+  description:
+    - Whether the figures were compared with a reference; in O(mode=preflight), whether they will be.
+    - On a measure that failed (no logprobs, a timeout, ...), whether the host was to be gated; a caller may treat the
+      failure of a host without a reference as a warning.
+  returned: success, and on a failure once the reference was chosen
   type: bool
   sample: true
 error_kind:
@@ -251,7 +257,9 @@ quantization:
   type: str
   sample: int4
 quantization_source:
-  description: Where RV(quantization) came from (C(given), the file and key of O(model_dir)), V(null) when neither.
+  description:
+    - Where RV(quantization) came from (C(given), the file and key of O(model_dir)), or C(nothing found) and why when
+      O(model_dir) names none; V(null) without either.
   returned: always but for invalid options
   type: str
   sample: config.json torch_dtype (no quantization_config)
@@ -328,6 +336,7 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils.quality import (
 )
 from ansible_collections.gpufleet.vllm.plugins.module_utils.bench.baseline import (
     detect_quantization, normalize_quantization)
+from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import one_line
 from ansible_collections.gpufleet.vllm.plugins.module_utils.vllm_api import VllmClient, make_base_url, show
 
 
@@ -381,15 +390,25 @@ def _problems(params):
 
 
 def _quantization(params):
-    """(name, source): the quantisation given, else the one the model directory names, else ''."""
+    """(name, source): the quantisation given, else the one the model directory names, else '' (and, from a model
+    directory, why none was found)."""
     if params["quantization"] is not None:
         return (normalize_quantization(params["quantization"]) if params["quantization"] else ""), "given"
     if not params["model_dir"]:
         return "", None
     found = detect_quantization(params["model_dir"])
     if not found.get("name"):
-        return "", None
+        return "", "nothing found: %s" % one_line(found.get("detail") or "no file names one")[:300]
     return found["name"], found["source"]
+
+
+def _how(source):
+    """How the quantisation was found, in words, for a refusal."""
+    if not source or source == "given":
+        return "as given" if source else "no model directory to read it from"
+    if source.startswith("nothing found: "):
+        return "none found in the model directory: " + source[len("nothing found: "):]
+    return "read from " + source
 
 
 def _sentence_of(params, url, model, quantization):
@@ -463,7 +482,7 @@ def main():
     if mode in ("check", "preflight"):
         try:
             entry = params["reference"] if params["reference"] is not None else select_reference(
-                params["references"], model, quantization)
+                params["references"], model, quantization, _how(quantization_source))
         except QualityError as exc:
             fail("The quality reference of %s is refused: %s. Nothing was sent." % (where, exc), exc.kind)
         if entry is not None:
@@ -481,9 +500,11 @@ def main():
             result["msg"] = ("The quality reference of %s fits (model, quantisation%s; recorded on build %s); the "
                              "gate runs once the server is ready. Nothing was sent." % (
                                  where, ", tokenizer" if tokenizer and entry.get("tokenizer") else "",
-                                 entry.get("build")))
+                                 one_line(entry.get("build"))))
         module.exit_json(**result)
 
+    # (known before the measure: a measure that fails says whether the host was to be gated)
+    result["gated"] = entry is not None
     if entry is not None:
         prompts = [item["prompt"] for item in entry["prompts"]]
         passage = entry["passage"]["text"]
@@ -500,6 +521,7 @@ def main():
                           max_tokens=max_tokens, seed=seed, timeout=params["timeout"])
     except QualityError as exc:
         fail("Quality of %s not measured: %s." % (where, exc), exc.kind)
+    figures["build"] = one_line(figures["build"]) if figures["build"] is not None else None
     result["build"] = figures["build"]
     result["max_model_len"] = figures["max_model_len"]
     shown = dict(figures)
@@ -540,7 +562,7 @@ def main():
             passage_figures["tokens"], passage_figures["reference_nll"], passage_figures["reference_tokens"],
             "%+.1f %%" % (passage_figures["relative_difference"] * 100)
             if passage_figures["relative_difference"] is not None else "infinitely more",
-            passage_figures["tolerance"] * 100, entry.get("build"), figures["build"])
+            passage_figures["tolerance"] * 100, one_line(entry.get("build")), figures["build"])
     if gate["passed"]:
         result["verdict"] = "passed"
         result["msg"] = "Quality of %s passed: %s." % (where, figures_text)

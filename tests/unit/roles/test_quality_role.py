@@ -38,8 +38,9 @@ def model_dir(tmp_path):
     return str(path)
 
 
-def play(tmp_path, fake, model_dir, tasks_from="main", after=(), **role_vars):
-    """ansible-playbook of one play on two local hosts that include the role (both measure FAKE), then AFTER."""
+def play(tmp_path, fake, model_dir, tasks_from="main", after=(), extra=None, **role_vars):
+    """ansible-playbook of one play on two local hosts that include the role (both measure FAKE), then AFTER; EXTRA:
+    more extra vars."""
     role_vars = dict({"quality_port": int(fake.url.rsplit(":", 1)[1]), "quality_served_model_name": fake.model,
                       "quality_model_dir": model_dir, "quality_record_dir": str(tmp_path / "reports")}, **role_vars)
     playbook = tmp_path / "play.yml"
@@ -50,7 +51,7 @@ def play(tmp_path, fake, model_dir, tasks_from="main", after=(), **role_vars):
         sort_keys=False))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"children": {"fleet": {"hosts": {"gpu-1": {}, "gpu-2": {}}}}}}))
-    proc = query_tests.ansible_playbook(str(tmp_path), str(playbook), str(inventory), {})
+    proc = query_tests.ansible_playbook(str(tmp_path), str(playbook), str(inventory), extra or {})
     return proc, proc.stdout + proc.stderr
 
 
@@ -80,17 +81,23 @@ def test_record_then_gate_passes_on_the_same_server_and_fails_the_host_on_a_dama
     assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): Quality of tiny" in output, output
 
 
-def test_a_server_without_prompt_logprobs_fails_the_host_with_what_is_missing(tmp_path, fake, model_dir):
+def test_a_server_without_prompt_logprobs_fails_a_gated_host_and_warns_for_one_without_a_reference(
+        tmp_path, fake, model_dir):
+    references = recorded(tmp_path, fake, model_dir)
     fake.prompt_logprobs = False
+    proc, output = play(tmp_path, fake, model_dir, quality_references=references)
+    assert proc.returncode == 2 and "no prompt_logprobs" in output, output
     proc, output = play(tmp_path, fake, model_dir)
-    assert proc.returncode == 2 and "prompt_logprobs" in output, output
+    assert proc.returncode == 0 and "WARNING (not gated: no reference for this model and quantisation): " in output
+    assert "prompt_logprobs" in output, output
 
 
 def test_a_record_where_no_host_measured_writes_no_file(tmp_path, fake, model_dir):
     # (a file with an empty quality_references, copied into the inventory as it asks, would wipe the references)
     fake.prompt_logprobs = False
     proc, output = play(tmp_path, fake, model_dir, quality_mode="record")
-    assert proc.returncode == 2 and "prompt_logprobs" in output, output
+    assert proc.returncode == 0 and "WARNING (record mode, nothing gated): " in output, output
+    assert "prompt_logprobs" in output and "written to" not in output, output
     assert not (tmp_path / "reports").exists() or os.listdir(str(tmp_path / "reports")) == [], output
 
 
@@ -119,25 +126,22 @@ def test_off_does_nothing(tmp_path, fake, model_dir):
     assert proc.returncode == 0 and fake.requests == [], output
 
 
-class _DyingModule(FakeVllm):
-    """A server whose passage logprob is an integer no float holds: the module dies on the host (no verdict, no
-    message), and failed_when false would leave the registered result looking fine."""
-
-    def logprob(self, position, token_id):
-        return -10 ** 400 if position == 1 else super(_DyingModule, self).logprob(position, token_id)
-
-
 def test_a_measure_that_ends_without_a_verdict_fails_the_host_with_a_sentence(tmp_path, model_dir):
-    server = _DyingModule().start()
+    # (the module dies on the host: an interpreter that runs nothing, so no result, no verdict, no error kind)
+    dead = tmp_path / "dead-python"
+    dead.write_text("#!/bin/sh\nexit 0\n")
+    dead.chmod(0o755)
+    server = FakeVllm().start()
+    extra = {"ansible_python_interpreter": str(dead)}
     try:
-        proc, output = play(tmp_path, server, model_dir)
-        assert proc.returncode == 2 and "failed=1" in output, output
-        assert "ended without a verdict or a message" in output, output
+        proc, output = play(tmp_path, server, model_dir, extra=extra)
+        assert proc.returncode == 2 and "failed=1" in output and "failed=0" not in output, output
+        assert "Module result deserialization failed" in output, output
         # (warned, and what the summary and the audit read says a measure that failed: not a host without figures)
         after = [{"name": "The registered result", "ansible.builtin.debug": {
             "msg": "error_kind={{ quality_result.error_kind | default('none') }}"}}]
-        proc, output = play(tmp_path, server, model_dir, after=after, quality_on_failure="warn")
-        assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): The quality measure of gpu-1" in output
+        proc, output = play(tmp_path, server, model_dir, after=after, extra=extra, quality_on_failure="warn")
+        assert proc.returncode == 0 and "WARNING (quality_on_failure=warn): Module result deserialization failed" in output, output
         assert output.count("error_kind=task") == 2, output
     finally:
         server.stop()

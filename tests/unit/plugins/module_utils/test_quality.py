@@ -71,6 +71,18 @@ def test_prompt_logprobs_without_the_prompts_token_ids_are_read_only_when_unambi
     assert count == len(encode(PASSAGE)) - 1 and nll > 0.4
 
 
+@pytest.mark.parametrize("logprob", [-10 ** 400, "missing"], ids=["too-large-for-a-float", "missing"])
+def test_a_logprob_that_is_no_float_or_missing_is_refused_not_counted(fake, logprob):
+    body = fake.completion({"prompt": PASSAGE, "max_tokens": 1, "prompt_logprobs": 0, "return_token_ids": True})
+    ids = body["choices"][0]["prompt_token_ids"]
+    if logprob == "missing":
+        del body["choices"][0]["prompt_logprobs"][2][str(ids[2])]["logprob"]
+    else:
+        body["choices"][0]["prompt_logprobs"][2][str(ids[2])]["logprob"] = logprob
+    with pytest.raises(quality.QualityError, match=r"prompt_logprobs\[2\] has no logprob of the prompt's token"):
+        quality.parse_prompt_logprobs(body)
+
+
 def test_a_null_logprob_counts_as_infinite_and_a_missing_list_names_prompt_logprobs(fake):
     body = fake.completion({"prompt": PASSAGE, "max_tokens": 1, "prompt_logprobs": 0, "return_token_ids": True})
     ids = body["choices"][0]["prompt_token_ids"]

@@ -100,7 +100,7 @@ def test_an_nll_out_of_tolerance_fails_and_the_message_says_so_first(run, fake, 
 
 def test_a_missing_reference_is_said_not_gated(run, fake, model_dir):
     references = recorded(run, fake, model_dir)
-    code, result = check(run, fake, model_dir, references, quantization="fp8")
+    code, result = check(run, fake, model_dir, references, model="other")
     assert code == 0 and result["gated"] is False and result["verdict"] == "not_gated"
     assert "not gated: there is no reference for this model and quantisation" in result["msg"]
     assert result["figures"]["passage_tokens"] > 10
@@ -215,9 +215,42 @@ def test_the_quantisation_is_read_from_the_model_directory_when_not_given(run, f
     assert result["quantization_source"].startswith("config.json torch_dtype")
     config.write_text('{"quantization_config": {"quant_method": "fp8"}}')
     code, result = check(run, fake, model_dir, references, quantization=None, mode="preflight")
-    assert code == 0 and result["quantization"] == "fp8" and result["gated"] is False, result
+    assert code == 1 and result["quantization"] == "fp8" and result["error_kind"] == "reference", result
+    assert "none for 'fp8' (read from config.json quantization_config" in result["msg"], result["msg"]
 
 
 def test_a_quantisation_that_is_no_plain_name_is_refused(run, fake, model_dir):
     code, result = check(run, fake, model_dir, None, quantization="int4\nfp8")
     assert code == 1 and result["error_kind"] == "options" and "quantization" in result["msg"], result
+
+
+def test_a_quantisation_without_a_reference_beside_others_is_refused_not_waved_through(run, fake, model_dir, tmp_path):
+    # (the model directory's config broken: no quantisation is read, and the damaged server must not pass as
+    # "not gated")
+    references = recorded(run, fake, model_dir)
+    (tmp_path / "config.json").write_text('{"torch_dtype": "bfloat16",}')
+    fake.answer_salt = "damaged"
+    for mode in ("preflight", "check"):
+        code, result = check(run, fake, model_dir, references, quantization=None, mode=mode)
+        assert code == 1 and result["error_kind"] == "reference", result
+        assert "has a reference for 'bf16' but none for 'no quantisation' (none found in the model directory" in (
+            result["msg"]), result["msg"]
+    # null on purpose: measured without a gate
+    references["tiny"]["fp8"] = None
+    code, result = check(run, fake, model_dir, references, quantization="fp8")
+    assert code == 0 and result["verdict"] == "not_gated" and result["gated"] is False, result
+
+
+def test_a_failed_measure_says_whether_the_host_was_to_be_gated(run, fake, model_dir):
+    references = recorded(run, fake, model_dir)
+    fake.prompt_logprobs = False
+    code, result = check(run, fake, model_dir, references)
+    assert code == 1 and result["error_kind"] == "no_logprobs" and result["gated"] is True, result
+    code, result = check(run, fake, model_dir, None)
+    assert code == 1 and result["error_kind"] == "no_logprobs" and result["gated"] is False, result
+
+
+def test_a_build_with_control_characters_stays_on_one_line_in_the_message(run, fake, model_dir):
+    fake.build = "0.33.0\u202e\n# x: y"
+    code, result = run(dict(mode="measure", base_url=fake.url, served_model_name="tiny", model_dir=model_dir))
+    assert code == 0 and "\n" not in result["msg"] and "\u202e" not in result["build"], result
