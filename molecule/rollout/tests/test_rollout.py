@@ -181,9 +181,14 @@ def test_first_rollout_benchmarked_the_canary_next_to_the_summary():
     with open(os.path.join(runs[0], "summary.md")) as handle:
         markdown = handle.read()
     assert "[report.md](report.md)" in markdown
-    # the benchmark column: the canary's status, a dash where no benchmark ran
-    assert [line.rstrip(" |").rsplit("| ", 1)[-1] for line in markdown.splitlines()
-            if line.startswith("| rollout-")] == ["ok", "-", "-"]
+    # the benchmark column: the canary's status, a dash where no benchmark ran; the answer quality column: the
+    # canary's gate against the simulated fleet's reference
+    lines = markdown.splitlines()
+    header = [cell.strip() for cell in next(line for line in lines if line.startswith("| host")).strip("|").split("|")]
+    cells = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines
+             if line.startswith("| rollout-")]
+    assert [row[header.index("benchmark")] for row in cells] == ["ok", "-", "-"], (header, cells)
+    assert cells[0][header.index("answer quality")].startswith("passed: 8/8 answers, NLL "), (header, cells)
 
 
 def test_limited_audit_reports_the_limited_host_only():
@@ -307,7 +312,7 @@ def test_the_audit_between_the_rollouts_lists_what_the_lock_changes_on_each_host
     found = sorted(glob.glob(os.path.join(REPORTS, "midway", "*", "drift.md")))
     with open(found[-1]) as handle:
         markdown = handle.read()
-    section = markdown.split("## Dependencies: how each host's packages differ", 1)[1]
+    section = markdown.split("## Dependencies: how each host's packages differ", 1)[1].split("\n## ", 1)[0]
     assert "**rollout-1**" not in section
     for name in ("rollout-2", "rollout-3"):
         block = section.split("**%s**" % name, 1)[1].split("\n\n**", 1)[0]
