@@ -20,6 +20,13 @@ from ansible_collections.gpufleet.vllm.plugins.module_utils import quality
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import one_line
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Sequences indented under their key, as yamllint's default (and ansible-lint) want in group_vars."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super(_IndentedDumper, self).increase_indent(flow, False)
+
+
 def quality_recorded(hosts, hostvars, nll_tolerance=0.05, recorded_at=''):
     """The references the HOSTS recorded (their quality_result.entry) -> one table, the hosts' agreement, the file."""
     if not isinstance(hosts, (list, tuple)) or not all(isinstance(host, str) for host in hosts):
@@ -45,9 +52,9 @@ def quality_recorded(hosts, hostvars, nll_tolerance=0.05, recorded_at=''):
                  'quality_mode=gate.')
     # (plain data: the values Ansible hands a filter are its own tagged types, which safe_dump does not know)
     plain = json.loads(json.dumps({'quality_references': merged['references']}))
-    body = yaml.safe_dump(plain, default_flow_style=False, sort_keys=True,
-                          allow_unicode=False, width=120)
-    merged['content'] = '\n'.join(lines) + '\n' + body
+    body = yaml.dump(plain, Dumper=_IndentedDumper, default_flow_style=False, sort_keys=True, allow_unicode=False,
+                     width=120)
+    merged['content'] = '\n'.join(lines) + '\n---\n' + body
     return merged
 
 

@@ -24,8 +24,8 @@ def hostvars(**entries):
 
 
 def test_one_entry_per_model_and_quantisation_and_the_file_reads_back():
-    found = quality_recorded(["gpu-1", "gpu-2", "gpu-3"], hostvars(**{"gpu-1": entry(), "gpu-2": entry(nll=2.02),
-                                                                     "gpu-3": None}), 0.05, "2026-12-07T10:00:00Z")
+    recorded = hostvars(**{"gpu-1": entry(), "gpu-2": entry(nll=2.02), "gpu-3": None})
+    found = quality_recorded(["gpu-1", "gpu-2", "gpu-3"], recorded, 0.05, "2026-12-07T10:00:00Z")
     assert list(found["references"]) == ["kimi-k2.5"] and found["hosts"] == {"kimi-k2.5": {"int4": ["gpu-1", "gpu-2"]}}
     assert found["notes"] == ["gpu-2 agrees with gpu-1 on kimi-k2.5 (int4): the same answers, passage NLL +1.00 %"]
     loaded = yaml.safe_load(found["content"])
@@ -53,8 +53,16 @@ def test_a_malformed_record_is_left_out_and_named_and_odd_text_stays_one_comment
     assert yaml.safe_load(found["content"]) == {"quality_references": {"kimi-k2.5": {"int4": entry()}}}
 
 
-@pytest.mark.parametrize("hosts, tolerance", [("gpu-1", 0.05), ([1], 0.05), (["a"], "five"), (["a"], "nan"),
-                                             (["a"], float("inf")), (["a"], -0.1)])
+@pytest.mark.parametrize("hosts, tolerance", [
+    ("gpu-1", 0.05), ([1], 0.05), (["a"], "five"), (["a"], "nan"), (["a"], float("inf")), (["a"], -0.1)])
 def test_bad_input_is_a_clear_error(hosts, tolerance):
     with pytest.raises(AnsibleFilterError, match="quality_recorded"):
         quality_recorded(hosts, {}, tolerance)
+
+
+def test_the_file_is_what_yamllint_and_ansible_lint_accept_in_group_vars():
+    # (an operator pastes it into group_vars: a document start, sequences indented under their key)
+    content = quality_recorded(["a"], hostvars(a=entry()))["content"]
+    body = [line for line in content.splitlines() if not line.startswith("#")]
+    assert body[0] == "---" and "        - prompt: p0" in body, content
+    assert yaml.safe_load(content) == {"quality_references": {"kimi-k2.5": {"int4": entry()}}}
