@@ -81,7 +81,7 @@ def test_converge_started_it_and_the_idempotence_run_left_it_alone(host):
     assert ids["converge"] and ids["converge"] == ids["after_idempotence"], ids
 
 
-def test_the_quality_gate_passes_two_starts_and_fails_the_damaged_model(host):
+def test_the_quality_gate_passes_two_starts_and_another_builds_numerics_and_fails_the_damaged_model(host):
     record = evidence(host, "quality-record.json")
     assert record["figures"]["passage_tokens"] > 0 and record["figures"]["answers"], record
     damaged = evidence(host, "quality-damaged.json")
@@ -96,6 +96,11 @@ def test_the_quality_gate_passes_two_starts_and_fails_the_damaged_model(host):
     assert good["answers"]["matched"] == good["answers"]["total"], good["answers"]
     assert good["passage"]["tokens"] == record["figures"]["passage_tokens"], good["passage"]
     assert abs(good["passage"]["relative_difference"]) <= good["passage"]["tolerance"], good["passage"]
+    # another build's numerics (float32 for bfloat16), the same weights: inside the tolerance
+    other = evidence(host, "quality-float32.json")
+    assert other["cutover"]["restarted"] and other["cutover"]["ready"], other["cutover"]
+    assert (other["quality"]["verdict"], other["quality"]["gated"]) == ("passed", True), other["quality"]
+    assert abs(other["quality"]["passage"]["relative_difference"]) <= 0.01, other["quality"]["passage"]
 
 
 def test_the_drain_gate_waited_for_the_load(host):
