@@ -740,6 +740,8 @@ def cache_path_problem(cache_path, model_dir):
         where = os.path.realpath(os.path.dirname(cache_path))
     except (OSError, ValueError):
         return None
+    if model in SYSTEM_DIRS:
+        return None     # locate() refuses the directory itself
     if _within(where, model) or _within(os.path.dirname(cache_path), model_dir.rstrip("/") or "/"):
         return ("cache_path %s lies inside the model directory; the check never writes there: put it elsewhere "
                 "(the default is under /var/cache/gpufleet/model-hashes)" % _shown(cache_path))
