@@ -359,27 +359,35 @@ def _loads(data):
 
 
 def _names_digest(names):
-    digest = hashlib.sha256()
-    for name in sorted(names):
-        digest.update(name.encode("utf-8", "surrogatepass") + b"\n")
-    return [len(names), digest.hexdigest()]
+    text = "\n".join(sorted(names)).encode("utf-8", "surrogatepass")
+    return [len(names), hashlib.sha256(text).hexdigest()]
+
+
+def _counts(values, limit=None):
+    """Whether VALUES is a list of ints >= 0 (at most LIMIT of them)."""
+    if type(values) is not list or (limit is not None and len(values) > limit):
+        return False
+    for value in values:
+        if type(value) is not int or value < 0:
+            return False
+    return True
 
 
 def _tensor_problem(name, info):
-    """(bytes the tensor should hold, begin, end) or a sentence saying what is wrong."""
-    if not isinstance(info, dict):
+    """(begin, end) of the tensor's bytes, or a sentence saying what is wrong."""
+    if type(info) is not dict:
         return "tensor %s is described by %s, not an object" % (_shown(name), type(info).__name__)
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in offsets):
+    offsets = info.get("data_offsets")
+    if not _counts(offsets) or len(offsets) != 2:
         return "tensor %s has no valid data_offsets [begin, end]" % _shown(name)
     begin, end = offsets
     if end < begin:
         return "tensor %s ends (byte %d) before it begins (byte %d)" % (_shown(name), end, begin)
-    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in shape):
+    shape = info.get("shape")
+    if not _counts(shape, MAX_DIMS):
         return "tensor %s has no valid shape" % _shown(name)
-    if not isinstance(dtype, str):
+    dtype = info.get("dtype")
+    if type(dtype) is not str:
         return "tensor %s has no dtype" % _shown(name)
     bits = DTYPE_BITS.get(dtype)
     if bits is not None:
@@ -538,7 +546,8 @@ def _hash_fd(fd, buf, view, expired):
 
 
 class _Pool(object):
-    """WORKERS threads (the caller's one of them) that hash entries, largest first, until the deadline."""
+    """WORKERS threads that hash entries, largest first, until the deadline: start(), then (the caller's thread
+    free for other work meanwhile) finish()."""
 
     def __init__(self, workers, deadline):
         self.workers = max(1, min(MAX_WORKERS, workers))
@@ -548,21 +557,27 @@ class _Pool(object):
         self._lock = threading.Lock()
         self._jobs = collections.deque()
         self._errors = []
+        self._threads = []
 
-    def run(self, entries):
+    def start(self, entries):
         self._jobs.extend(sorted(entries, key=lambda e: -e.st.st_size))
-        threads = []
-        for number in range(min(self.workers, len(self._jobs)) - 1):
+        self._threads = []
+        for number in range(min(self.workers, len(self._jobs))):
             thread = threading.Thread(target=self._work, name="modeldir-hash-%d" % number)
             thread.daemon = True
             thread.start()
-            threads.append(thread)
-        self._work()
-        for thread in threads:
+            self._threads.append(thread)
+
+    def finish(self):
+        for thread in self._threads:
             thread.join()
         if self._errors:
             raise self._errors[0]
         return self.results
+
+    def run(self, entries):
+        self.start(entries)
+        return self.finish()
 
     def _work(self):
         buf = bytearray(CHUNK)
@@ -807,6 +822,25 @@ def _structure(entries, report, index_facts, shard_entries, rejudge):
         report.add("model.safetensors", "missing", "no weights: no *.safetensors file and no index")
 
 
+def _judge_all(entries, report, deadline):
+    """Judge each of ENTRIES (its facts and problems), until DEADLINE."""
+    for entry in entries:
+        deadline.check("checking the headers and JSON files")
+        if entry.facts.get("unreadable"):
+            continue
+        try:
+            problems, facts = judge(entry)
+        except OSError as exc:
+            report.add(entry.rel, "unreadable", "cannot be read: %s" % (exc.strerror or exc))
+            entry.facts["unreadable"] = True
+            continue
+        for kind, detail in problems:
+            report.add(entry.rel, kind, detail)
+        facts.pop("names", None)
+        entry.facts.update(facts)
+        entry.facts["judged_ok"] = not problems
+
+
 def check_model_dir(path, mode="quick", cache_path=None, max_workers=2, timeout=3600.0, max_files=MAX_FILES,
                     write=True, deadline=None, racy_seconds=None):
     """Judge the model directory PATH; return the result (see the model_info module's RETURN).
@@ -827,7 +861,7 @@ def check_model_dir(path, mode="quick", cache_path=None, max_workers=2, timeout=
     cached = load_cache(cache_path, top, report, max_entries=max_files) if cache_path else {}
     needed = [e for e in entries if e.needed]
     fresh = {}          # rel -> cache entry to write
-    judged_now = []
+    to_judge = []
     for entry in needed:
         hit = cached.get(entry.rel)
         if mode == "quick" and hit is not None and hit["key"] == _key(entry.st):
@@ -838,21 +872,74 @@ def check_model_dir(path, mode="quick", cache_path=None, max_workers=2, timeout=
             if hit.get("ok"):
                 fresh[entry.rel] = hit
                 continue
-        judged_now.append(entry)
-    index_facts = None
-    for entry in judged_now:
-        deadline.check("checking the headers and JSON files")
-        try:
-            problems, facts = judge(entry)
-        except OSError as exc:
-            report.add(entry.rel, "unreadable", "cannot be read: %s" % (exc.strerror or exc))
+        to_judge.append(entry)
+    # hashing (full: everything; quick: what the cache does not know, but an LFS blob, named by its sha256)
+    todo = []
+    for entry in needed:
+        if mode == "full" or "sha256" not in entry.facts:
+            entry.facts.pop("sha256", None)
+            if mode == "quick" and entry.blob:
+                entry.facts["sha256"] = entry.blob
+                entry.source = "blob name"
+            else:
+                todo.append(entry)
+    # the checks of each file's content run in this thread while the pool hashes; a file whose content the cache
+    # judged whole is judged after it is hashed: the same sha256, the same verdict
+    later = []
+    now = []
+    for entry in to_judge:
+        hit = cached.get(entry.rel)
+        if mode == "full" and hit is not None and hit.get("ok") and hit.get("sha256"):
+            later.append(entry)
+        else:
+            now.append(entry)
+    pool = _Pool(max_workers, deadline)
+    stopped = None
+    try:
+        deadline.check("hashing the files")
+        pool.start(todo)
+        _judge_all(now, report, deadline)
+    except DeadlinePassed as exc:
+        stopped = exc
+    finally:
+        results = pool.finish()
+    for entry in todo:
+        got = results.get(entry.rel)
+        if got is None:
+            continue
+        sha, why = got
+        if sha is None:
+            if not entry.facts.get("unreadable"):
+                report.add(entry.rel, "unreadable", why)
             entry.facts["unreadable"] = True
             continue
-        for kind, detail in problems:
-            report.add(entry.rel, kind, detail)
-        facts.pop("names", None)
-        entry.facts.update(facts)
-        entry.facts["judged_ok"] = not problems
+        entry.facts["sha256"] = sha
+        entry.source = "hashed"
+        if entry.blob and sha != entry.blob:
+            report.add(entry.rel, "hash_mismatch", "its content's sha256 is %s, but its blob is named by %s: the "
+                                                   "blob was damaged or edited in place; download it again"
+                       % (sha, entry.blob))
+    for entry in needed:
+        if entry.source == "cache" and entry.blob and entry.facts["sha256"] != entry.blob:
+            report.add(entry.rel, "hash_mismatch", "its content's sha256 was %s when it was last hashed, but its "
+                                                   "blob is named by %s: the blob was damaged or edited in place; "
+                                                   "download it again" % (entry.facts["sha256"], entry.blob))
+    if stopped is None and deadline.passed() and len(results) < len(todo):
+        stopped = DeadlinePassed(deadline.message("hashing the files (%d of %d hashed)" % (len(results), len(todo))))
+    if stopped is None:
+        again = []
+        for entry in later:
+            hit = cached[entry.rel]
+            if entry.source == "hashed" and hit["sha256"] == entry.facts["sha256"]:
+                entry.facts.update((k, v) for k, v in hit.items() if k in ("tensors", "shards"))
+                entry.facts["judged_ok"] = True
+            elif not entry.facts.get("unreadable"):
+                again.append(entry)
+        try:
+            _judge_all(again, report, deadline)
+        except DeadlinePassed as exc:
+            stopped = exc
+    index_facts = None
     for entry in needed:
         if entry.rel == INDEX and "shards" in entry.facts:
             index_facts = entry.facts
@@ -868,49 +955,8 @@ def check_model_dir(path, mode="quick", cache_path=None, max_workers=2, timeout=
             return set()
         return ifacts["names"].get(entry.rel, set()) - facts["names"]
 
-    shard_entries = [e for e in needed if e.rel.endswith(".safetensors")]
-    _structure(entries, report, index_facts, shard_entries, rejudge)
-    # hashing
-    todo = []
-    for entry in needed:
-        if entry.facts.get("unreadable"):
-            continue
-        if mode == "full" or "sha256" not in entry.facts:
-            entry.facts.pop("sha256", None)
-            if mode == "quick" and entry.blob:
-                entry.facts["sha256"] = entry.blob
-                entry.source = "blob name"
-            else:
-                todo.append(entry)
-    pool = _Pool(max_workers, deadline)
-    stopped = None
-    try:
-        deadline.check("hashing the files")
-        results = pool.run(todo)
-    except DeadlinePassed as exc:
-        results, stopped = pool.results, exc
-    for entry in todo:
-        got = results.get(entry.rel)
-        if got is None:
-            continue
-        sha, why = got
-        if sha is None:
-            report.add(entry.rel, "unreadable", why)
-            entry.facts["unreadable"] = True
-            continue
-        entry.facts["sha256"] = sha
-        entry.source = "hashed"
-        if entry.blob and sha != entry.blob:
-            report.add(entry.rel, "hash_mismatch", "its content's sha256 is %s, but its blob is named by %s: the "
-                                                   "blob was damaged or edited in place; download it again"
-                       % (sha, entry.blob))
-    for entry in needed:
-        if entry.source == "cache" and entry.blob and entry.facts["sha256"] != entry.blob:
-            report.add(entry.rel, "hash_mismatch", "its content's sha256 was %s when it was last hashed, but its "
-                                                   "blob is named by %s: the blob was damaged or edited in place; "
-                                                   "download it again" % (entry.facts["sha256"], entry.blob))
-    if stopped is None and pool.deadline.passed() and len(results) < len(todo):
-        stopped = DeadlinePassed(deadline.message("hashing the files (%d of %d hashed)" % (len(results), len(todo))))
+    if not stopped:
+        _structure(entries, report, index_facts, [e for e in needed if e.rel.endswith(".safetensors")], rejudge)
     # a file changed within RACY seconds before this check began might change again within the same timestamp tick
     # after it was read: not cached
     racy_after = int((began - racy) * 1e9)
