@@ -365,17 +365,17 @@ def _names_digest(names):
 
 def _counts(values, limit=None):
     """Whether VALUES is a list of ints >= 0 (at most LIMIT of them)."""
-    if type(values) is not list or (limit is not None and len(values) > limit):
+    if not isinstance(values, list) or (limit is not None and len(values) > limit):
         return False
     for value in values:
-        if type(value) is not int or value < 0:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             return False
     return True
 
 
 def _tensor_problem(name, info):
     """(begin, end) of the tensor's bytes, or a sentence saying what is wrong."""
-    if type(info) is not dict:
+    if not isinstance(info, dict):
         return "tensor %s is described by %s, not an object" % (_shown(name), type(info).__name__)
     offsets = info.get("data_offsets")
     if not _counts(offsets) or len(offsets) != 2:
@@ -387,7 +387,7 @@ def _tensor_problem(name, info):
     if not _counts(shape, MAX_DIMS):
         return "tensor %s has no valid shape" % _shown(name)
     dtype = info.get("dtype")
-    if type(dtype) is not str:
+    if not isinstance(dtype, str):
         return "tensor %s has no dtype" % _shown(name)
     bits = DTYPE_BITS.get(dtype)
     if bits is not None:
@@ -418,7 +418,7 @@ def check_header(fd, size, want_names=False):
     data = _pread_all(fd, length, 8)
     if len(data) != length:
         return [("truncated", "the file ended while its header was read")], {}
-    if not data[:1] == b"{":
+    if data[:1] != b"{":
         return [("bad_header", "its header does not start with '{': not a safetensors file")], {}
     try:
         header = _loads(data)
@@ -771,7 +771,8 @@ def fingerprint_of(files):
     """'sha256:<hex>' over the sorted lines 'relative path<TAB>size<TAB>sha256' of FILES [(rel, size, sha)]."""
     digest = hashlib.sha256()
     for rel, size, sha in sorted(files):
-        digest.update(("%s\t%d\t%s\n" % (rel, size, sha)).encode("utf-8", "surrogateescape"))
+        # (a name with a tab, a line break or bytes that are not UTF-8 counts escaped, as it is shown)
+        digest.update(("%s\t%d\t%s\n" % (_shown(rel), size, sha)).encode("utf-8"))
     return "sha256:" + digest.hexdigest()
 
 
@@ -978,7 +979,7 @@ def check_model_dir(path, mode="quick", cache_path=None, max_workers=2, timeout=
         fresh[entry.rel] = value
     cache_error = None
     cache_written = False
-    if cache_path and write and (fresh or cached):
+    if cache_path and write and fresh != cached:
         cache_error = write_cache(cache_path, top, fresh)
         cache_written = cache_error is None
         if cache_error:

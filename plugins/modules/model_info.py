@@ -221,7 +221,7 @@ cache_path:
   returned: always
   type: str
 cache_written:
-  description: Whether the hash cache was written (never in check mode).
+  description: Whether the hash cache was written (never in check mode; not when it was up to date already).
   returned: success
   type: bool
 seconds:

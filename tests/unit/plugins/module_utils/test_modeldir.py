@@ -60,7 +60,8 @@ def raw_shard(header, data=b""):
     return struct.pack("<Q", len(text)) + text + data
 
 
-def index_bytes(tensors=TENSORS):
+def index_bytes(tensors=None):
+    tensors = TENSORS if tensors is None else tensors
     weight_map = {}
     for shard, names in tensors.items():
         for name in names:
@@ -163,7 +164,7 @@ def test_the_hf_cache_layout_has_the_fingerprint_of_the_same_plain_files(plain, 
 
 
 def test_quick_takes_an_lfs_blobs_name_and_full_verifies_it(tmp_path):
-    repo, snap = write_hf(str(tmp_path / "hub"))
+    dummy, snap = write_hf(str(tmp_path / "hub"))
     quick = check(snap, tmp_path)
     assert quick["ok"] and quick["fingerprint"]
     sources = dict((f["path"], f["source"]) for f in quick["files"])
@@ -187,7 +188,7 @@ def test_quick_takes_an_lfs_blobs_name_and_full_verifies_it(tmp_path):
 def test_an_edited_config_blob_in_place_is_no_finding(tmp_path):
     """config.json's blob is named by git's sha1, not sha256: the SM120 policy may edit it in place; the
     fingerprint takes it as it is on disk."""
-    repo, snap = write_hf(str(tmp_path / "hub"))
+    dummy, snap = write_hf(str(tmp_path / "hub"))
     before = check(snap, tmp_path, mode="full")
     with open(os.path.join(snap, "config.json"), "wb") as handle:
         handle.write(b'{"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "edited": true}\n')
@@ -283,7 +284,7 @@ def test_a_link_out_of_the_directory_is_named_and_never_followed(plain, tmp_path
 
 
 def test_an_hf_snapshot_link_into_another_models_blobs_is_out(tmp_path):
-    repo, snap = write_hf(str(tmp_path / "hub"))
+    dummy, snap = write_hf(str(tmp_path / "hub"))
     other, dummy = write_hf(str(tmp_path / "hub2"))
     blob = os.listdir(os.path.join(other, "blobs"))[0]
     os.unlink(os.path.join(snap, "config.json"))
@@ -376,9 +377,13 @@ def test_backups_and_documentation_are_not_in_the_fingerprint(plain, tmp_path):
 def test_the_second_check_reads_only_metadata(plain, tmp_path):
     first = check(plain, tmp_path)
     assert first["cache_written"] and first["bytes_hashed"] > 0 and first["cache_hits"] == 0
+    cache = str(tmp_path / "cache" / "hashes.json")
+    written = os.stat(cache)
     second = check(plain, tmp_path)
     assert second["bytes_hashed"] == 0 and second["cache_hits"] == first["fingerprint_files"]
     assert second["fingerprint"] == first["fingerprint"]
+    # and nothing written: the cache was up to date
+    assert not second["cache_written"] and os.stat(cache).st_ino == written.st_ino
     assert all(f["source"] == "cache" for f in second["files"] if f["needed"])
     # full reads and hashes everything again
     full = check(plain, tmp_path, mode="full")
@@ -387,6 +392,19 @@ def test_the_second_check_reads_only_metadata(plain, tmp_path):
         doc = json.load(handle)
     assert doc["model"] == os.path.realpath(plain) and len(doc["files"]) == first["fingerprint_files"]
     assert stat.S_IMODE(os.stat(str(tmp_path / "cache" / "hashes.json")).st_mode) == 0o600
+
+
+def test_a_full_check_judges_again_a_file_whose_content_changed(plain, tmp_path):
+    first = check(plain, tmp_path, mode="full")
+    again = check(plain, tmp_path, mode="full")
+    assert first["ok"] and again["ok"] and again["bytes_hashed"] == first["bytes_hashed"]
+    # the header's JSON broken in place, the size kept: the full check hashes it, finds another sha256, judges it
+    shard = os.path.join(plain, "model-00001-of-00003.safetensors")
+    with open(shard, "r+b") as handle:
+        handle.seek(8)
+        handle.write(b"[")
+    result = check(plain, tmp_path, mode="full")
+    assert kinds(result) == [("model-00001-of-00003.safetensors", "bad_header")]
 
 
 def test_a_rewrite_in_place_with_the_same_size_and_mtime_is_a_miss(plain, tmp_path):
@@ -450,6 +468,12 @@ def test_a_cache_file_others_may_write_or_a_huge_one_is_not_used(plain, tmp_path
     result = check(plain, tmp_path)
     assert result["bytes_hashed"] > 0 and any("writable by others" in n for n in result["notes"])
     assert stat.S_IMODE(os.stat(str(cache)).st_mode) == 0o600
+    if os.geteuid() == 0:
+        # written by another user (root can make one)
+        os.chown(str(cache), 4242, 4242)
+        result = check(plain, tmp_path)
+        assert result["bytes_hashed"] > 0 and any("owned by another user (uid 4242)" in n for n in result["notes"])
+        assert os.stat(str(cache)).st_uid == 0
     monkeypatch.setattr(modeldir, "MAX_CACHE", 10)
     result = check(plain, tmp_path)
     assert result["bytes_hashed"] > 0 and any("more than 10" in n for n in result["notes"])
@@ -562,7 +586,7 @@ def test_a_path_that_is_no_directory(tmp_path, make, words):
 
 
 def test_an_hf_repository_with_several_snapshots_and_no_ref_is_refused(tmp_path):
-    repo, snap = write_hf(str(tmp_path / "hub"))
+    repo, dummy = write_hf(str(tmp_path / "hub"))
     os.makedirs(os.path.join(repo, "snapshots", "another"))
     os.unlink(os.path.join(repo, "refs", "main"))
     with pytest.raises(modeldir.ModelDirError, match="2 snapshots and no usable refs/main"):
