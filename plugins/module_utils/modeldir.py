@@ -90,11 +90,11 @@ DTYPE_BITS = {
 TOKENIZER_SETS = (("tokenizer.json",), ("tokenizer.model",), ("tiktoken.model",), ("vocab.json", "merges.txt"),
                   ("vocab.txt",))
 # top-level files a model does not need (documentation, images, the backups of config edits)
-_NOT_NEEDED = re.compile(r"^(readme|license|licence|notice|use_policy|copying)(\..*)?$|"
-                         r"\.(md|png|jpe?g|gif|svg|webp|pdf)$|"
-                         r"\.\d+\.\d{4}-\d\d-\d\d@\d\d:\d\d:\d\d~?$", re.I)
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_REV = re.compile(r"^[0-9a-zA-Z._-]{1,128}$")
+_NOT_NEEDED = re.compile(r"^(readme|license|licence|notice|use_policy|copying)(\..*)?\Z|"
+                         r"\.(md|png|jpe?g|gif|svg|webp|pdf)\Z|"
+                         r"\.\d+\.\d{4}-\d\d-\d\d@\d\d:\d\d:\d\d~?\Z", re.I)
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+_REV = re.compile(r"^[0-9a-zA-Z._-]{1,128}\Z")
 # directories that are never a model directory (a link to one is refused before anything is read)
 SYSTEM_DIRS = frozenset(("/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/proc", "/root",
                          "/run", "/sbin", "/sys", "/tmp", "/usr", "/var", "/usr/lib", "/usr/local", "/var/lib",
