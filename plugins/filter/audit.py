@@ -8,9 +8,12 @@ the dependency section of drift.md, and a host's text shown as Markdown. Each is
 from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report import dependencies as dependency_report
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report import models as model_report
 from ansible_collections.gpufleet.vllm.plugins.module_utils.drift import DRIFT_CLASSES as DRIFT_ORDER
 from ansible_collections.gpufleet.vllm.plugins.module_utils.report.drift import md_text
 from ansible_collections.gpufleet.vllm.plugins.module_utils.rollout import note
@@ -45,6 +48,9 @@ def audit_line(row):
         if row.get("packages_not_pristine"):
             notes.append("not pristine: %s" % one_line_list(row["packages_not_pristine"]))
         parts.append(packages + (": " + "; ".join(notes) if notes else ""))
+    for model in row.get("model") or []:
+        if isinstance(model, dict) and (model.get("checked") or model.get("finding")):
+            parts.append("model %s: %s" % (one_line(model.get("dir", "?")), one_line(model.get("summary", ""))))
     parts.append("%s %s" % (one_line(row.get("unit", "unit")), one_line(row.get("unit_state", "unknown"))))
     if row.get("other_units"):
         parts.append("other vLLM units: %s" % one_line_list(row["other_units"]))
@@ -140,9 +146,80 @@ def packages_audit_cell(row):
     return cell(text + "".join("; " + note for note in notes if note))
 
 
+def model_entries(results, recorded=None):
+    """One host's gpufleet.vllm.model_info results, checked, against FLEET_MODEL_FINGERPRINTS (see model_entries.yml)."""
+    try:
+        return model_report.host_models(results, recorded)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def model_refusals(entries):
+    """What stops a restart of the host: its broken, unchecked or unrecorded model directories (see model_refusals.yml)."""
+    if not isinstance(entries, (list, tuple)):
+        raise AnsibleFilterError("model_refusals expects model_entries' list, got %s" % type(entries).__name__)
+    return model_report.refusals(list(entries))
+
+
+def audit_models(rows, hostvars, var="gpufleet_models"):
+    """The audit's rows with each host's model directories against the fleet's reference (see audit_models.yml): the
+    row's ``model`` list and, for a directory that is broken, unchecked or not the reference, the drift class
+    ``model``."""
+    if not isinstance(rows, (list, tuple)):
+        raise AnsibleFilterError("audit_models expects the audit's rows (a list), got %s" % type(rows).__name__)
+    models = {}
+    for row in rows:
+        if isinstance(row, dict) and row.get("host") is not None:
+            entries = note(note(hostvars, row["host"]) or {}, var)
+            models[row["host"]] = [e for e in entries if isinstance(e, dict) and "dir" in e and "checked" in e] \
+                if isinstance(entries, list) else []
+    view = model_report.fleet_view(models)
+    out = []
+    for row in rows:
+        if isinstance(row, dict) and row.get("host") in view:
+            row = dict(row)
+            row["model"] = model_report.public(view[row["host"]])
+            row["model_cell"] = model_report.cell(row["model"])
+            if any(entry["finding"] for entry in row["model"]) and "model" not in (row.get("drift") or []):
+                row["drift"] = list(row.get("drift") or []) + ["model"]
+        out.append(row)
+    return out
+
+
+def audit_models_markdown(rows):
+    """drift.md's ``## Model directories`` (see audit_models_markdown.yml)."""
+    if not isinstance(rows, (list, tuple)):
+        raise AnsibleFilterError("audit_models_markdown expects audit_models' rows (a list), got %s" % type(rows).__name__)
+    rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("model"), list)]
+    return model_report.markdown(dict((row["host"], row["model"]) for row in rows), [row["host"] for row in rows])
+
+
+def audit_models_record(rows, recorded_at=""):
+    """The fingerprints most hosts hold, as a fleet_model_fingerprints file (see audit_models_record.yml)."""
+    if not isinstance(rows, (list, tuple)):
+        raise AnsibleFilterError("audit_models_record expects audit_models' rows (a list), got %s" % type(rows).__name__)
+    rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("model"), list)]
+    hosts = [row["host"] for row in rows]
+    chosen, without = model_report.record(dict((row["host"], row["model"]) for row in rows), hosts)
+    lines = ["# Model fingerprints held by most of the audited hosts whose model directory is whole (gpufleet.vllm.audit,",
+             "# %s; hosts: %s)." % (one_line(recorded_at or "now"), one_line(", ".join(hosts) or "none"))]
+    lines.extend("# %s: no fingerprint is held by most hosts, so none is written for it." % one_line(path)
+                 for path in without)
+    lines.append("# Review them, then copy fleet_model_fingerprints into your inventory (group_vars): the audit flags a")
+    lines.append("# host that holds other bytes, and the rollout refuses to restart it.")
+    body = "fleet_model_fingerprints:" + ("".join("\n  %s: %s" % (json.dumps(path), fp) for path, fp in sorted(chosen.items()))
+                                         if chosen else " {}")
+    return {"fingerprints": chosen, "without": without, "content": "\n".join(lines) + "\n---\n" + body + "\n"}
+
+
 class FilterModule(object):
     def filters(self):
         return {
+            "model_entries": model_entries,
+            "model_refusals": model_refusals,
+            "audit_models": audit_models,
+            "audit_models_markdown": audit_models_markdown,
+            "audit_models_record": audit_models_record,
             "audit_line": audit_line,
             "markdown_text": markdown_text,
             "audit_fingerprints": audit_fingerprints,
