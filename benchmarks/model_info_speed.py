@@ -33,8 +33,10 @@ that its peak resident memory is its own):
 
 Best of --repeat for each, measured in rounds (each once a round), after the
 new files are written to disk (sync).  Warm page cache only: a first read
-from disk is bounded by the disk, not by the check.  The load average is printed: a busy
-machine makes both (a) and (b) slower, their ratio less so.
+from disk is bounded by the disk, not by the check.  The load average is
+printed, and a warning when the threads of a timed run of (a) or (b) had less
+than 0.85 of the cores they may use (CPU time over wall time): a busy machine
+slows (a) and (b) unevenly, and their ratio says nothing then.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -70,10 +72,10 @@ def peak_kb():
 
 
 path, cache, mode, workers = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 result = modeldir.check_model_dir(path, mode=mode, cache_path=cache, max_workers=workers, timeout=3600)
-wall = time.perf_counter() - started
-print(json.dumps({"wall": wall, "maxrss_kb": peak_kb(),
+wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+print(json.dumps({"wall": wall, "cpu": cpu, "maxrss_kb": peak_kb(),
                   "ok": result["ok"], "problems": result["problems"][:3], "bytes": result["bytes_hashed"],
                   "hits": result["cache_hits"], "fingerprint": result["fingerprint"]}))
 """
@@ -110,14 +112,14 @@ def work():
                 digest.update(view[:count])
                 total[0] += count
 
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 threads = [threading.Thread(target=work) for dummy in range(2)]
 for thread in threads:
     thread.start()
 for thread in threads:
     thread.join()
-wall = time.perf_counter() - started
-print(json.dumps({"wall": wall, "maxrss_kb": peak_kb(), "bytes": total[0]}))
+wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+print(json.dumps({"wall": wall, "cpu": cpu, "maxrss_kb": peak_kb(), "bytes": total[0]}))
 """
 
 
@@ -269,6 +271,14 @@ def main():
               "lock, so it adds to the hashing rather than overlapping it: expect about %.2fx (b) here"
               % (judged["wall"], judged["json"], judged["most_name"], judged["most_size"] / 1e6, judged["most"],
                  (sha["wall"] + judged["wall"]) / sha["wall"]))
+        # on a quiet machine each timed run keeps its threads on the cores it may use (CPU time / wall time)
+        cores = min(2, args.workers, os.cpu_count() or 1)
+        timed = (("(b)", sha), ("(a) no cache", first), ("(a) again", full))
+        busy = [(label, run["cpu"] / run["wall"]) for label, run in timed]
+        if any(used < 0.85 * cores for dummy, used in busy):
+            print("WARNING: the machine was busy while this ran (cores used of %d: %s); the times and ratios of (a) and (b) "
+                  "are not this check's: run again on a quiet machine" % (cores, ", ".join(
+                      "%s %.2f" % (label, used) for label, used in busy)))
         cached = best([check(model, os.path.join(tmp, "cache.json"), "quick", args.workers)
                        for dummy in range(args.repeat)])
         assert cached["bytes"] == 0 and cached["fingerprint"] == full["fingerprint"], cached
