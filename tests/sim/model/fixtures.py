@@ -28,7 +28,8 @@ Layouts:
     downloaded with ``--local-dir``).
 ``hf-cache``
     the Hugging Face hub cache: DEST/models--moonshotai--Kimi-K2.5/ with
-    ``blobs/<git blob sha1>``, ``refs/main`` and ``snapshots/<rev>/<file>``
+    ``blobs/<git blob sha1>`` (``blobs/<sha256>`` for a Git LFS file, the
+    ``lfs`` names of :func:`write_hf_cache`), ``refs/main`` and ``snapshots/<rev>/<file>``
     as relative links ``../../blobs/<sha1>``.  With ``snapshots=2`` both
     revisions link to the same blobs for the files they share (the case
     where editing a blob would change another snapshot).
@@ -285,11 +286,13 @@ def write_plain(dest, files):
     return {'layout': 'plain', 'model_dir': dest, 'files': written}
 
 
-def write_hf_cache(cache_dir, snapshots, repo_id=REPO_ID):
+def write_hf_cache(cache_dir, snapshots, repo_id=REPO_ID, lfs=()):
     """Write a hub cache repo; snapshots is a list of {file name: bytes}.
 
     Identical contents share one blob, as in a real cache.  The last
-    snapshot is what refs/main points at.
+    snapshot is what refs/main points at.  The files named in lfs (the
+    weights) are Git LFS files: their blob is named by the content's
+    sha256, the others' by their git blob sha1.
     """
     repo = os.path.join(cache_dir, 'models--' + repo_id.replace('/', '--'))
     blobs = os.path.join(repo, 'blobs')
@@ -301,7 +304,7 @@ def write_hf_cache(cache_dir, snapshots, repo_id=REPO_ID):
         snapshot = os.path.join(repo, 'snapshots', revision)
         os.makedirs(snapshot, exist_ok=True)
         for name, data in sorted(files.items()):
-            sha = git_blob_sha1(data)
+            sha = hashlib.sha256(data).hexdigest() if name in lfs else git_blob_sha1(data)
             blob = os.path.join(blobs, sha)
             if not os.path.exists(blob):
                 with open(blob, 'wb') as handle:

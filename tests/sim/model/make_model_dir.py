@@ -18,7 +18,18 @@ there, else a minimal ``config.json``) plus a tokenizer that both
   decoder (ids decode to their words joined by single spaces);
 * ``tokenizer_config.json`` (``PreTrainedTokenizerFast``,
   ``clean_up_tokenization_spaces: false`` so decode/encode round trips keep
-  the token count) and ``special_tokens_map.json``.
+  the token count) and ``special_tokens_map.json``;
+* four real safetensors shards named as the hub names them
+  (``model-00001-of-00004.safetensors`` ...; 8-byte little-endian header
+  length, the JSON header padded with spaces to 8 bytes, the tensors'
+  bytes: a small DeepseekV3-like model with NVFP4 MLP weights, about
+  620 KB in all, every byte a function of the tensor's name) and
+  ``model.safetensors.index.json`` naming them, as
+  ``gpufleet.vllm.model_info`` checks a model directory.
+
+In the ``hf-cache`` layout every file of the snapshot is a relative link
+into ``blobs/``: a shard's blob is named by its content's sha256 (a Git LFS
+file), the others by their git blob sha1, as the hub names them.
 
 Vocabulary: 4 special tokens (``<unk>`` 0, ``<s>`` 1, ``</s>`` 2, ``<pad>``
 3), then lowercase words, digits and punctuation, ordered by their (all
@@ -34,9 +45,11 @@ It prints a JSON summary (``model_dir``: the directory to serve).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import struct
 import sys
 
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")
@@ -141,13 +154,111 @@ def minimal_config(vocab_size, max_position_embeddings):
     }
 
 
-def _write_file(path, text):
-    """Write a regular file; a link there (hub cache snapshot) is replaced, its blob untouched."""
+# ---------------------------------------------------------------------------
+# weights: real (small) safetensors shards and their index
+
+SHARDS = 4
+SHARD_NAME = "model-%05d-of-%05d.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+WEIGHT_VOCAB = 512              # embedding rows: the tokenizer's vocabulary rounded up
+WEIGHT_HIDDEN = 128
+WEIGHT_INTERMEDIATE = 256
+WEIGHT_LAYERS = 2
+NVFP4_GROUP = 16                # elements per FP8 (E4M3) block scale
+DTYPE_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+
+
+def _layer_attention(layer):
+    pre = "model.layers.%d." % layer
+    tensors = [(pre + "input_layernorm.weight", "BF16", [WEIGHT_HIDDEN])]
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        tensors.append((pre + "self_attn.%s.weight" % proj, "BF16", [WEIGHT_HIDDEN, WEIGHT_HIDDEN]))
+    return tensors
+
+
+def _layer_mlp(layer):
+    """A ModelOpt NVFP4 MLP: packed FP4 weights (two per byte), FP8 block scales, FP32 global scales."""
+    pre = "model.layers.%d." % layer
+    tensors = [(pre + "post_attention_layernorm.weight", "BF16", [WEIGHT_HIDDEN])]
+    for proj, rows, cols in (("gate_proj", WEIGHT_INTERMEDIATE, WEIGHT_HIDDEN),
+                             ("up_proj", WEIGHT_INTERMEDIATE, WEIGHT_HIDDEN),
+                             ("down_proj", WEIGHT_HIDDEN, WEIGHT_INTERMEDIATE)):
+        name = pre + "mlp.%s." % proj
+        tensors += [(name + "weight", "U8", [rows, cols // 2]),
+                    (name + "weight_scale", "F8_E4M3", [rows, cols // NVFP4_GROUP]),
+                    (name + "weight_scale_2", "F32", []),
+                    (name + "input_scale", "F32", [])]
+    return tensors
+
+
+def weight_shards():
+    """[(shard file name, [(tensor name, dtype, shape), ...]), ...]: SHARDS shards, as a checkpoint splits them."""
+    groups = [
+        [("model.embed_tokens.weight", "BF16", [WEIGHT_VOCAB, WEIGHT_HIDDEN])] + _layer_attention(0),
+        _layer_mlp(0) + _layer_attention(1),
+        _layer_mlp(1) + [("model.norm.weight", "BF16", [WEIGHT_HIDDEN])],
+        [("lm_head.weight", "BF16", [WEIGHT_VOCAB, WEIGHT_HIDDEN])],
+    ]
+    assert len(groups) == SHARDS
+    return [(SHARD_NAME % (number, SHARDS), tensors) for number, tensors in enumerate(groups, 1)]
+
+
+def tensor_bytes(name, dtype, shape):
+    """The tensor's bytes, a function of its name: weights of a plausible size, norms of ones, finite scales."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    size = count * DTYPE_BYTES[dtype]
+    if dtype == "F32":
+        return struct.pack("<f", 0.0025 if name.endswith("input_scale") else 0.000125) * count
+    if dtype == "BF16" and name.endswith("norm.weight"):
+        return b"\x80\x3f" * count                    # 1.0
+    data = bytearray(hashlib.shake_256(("gpufleet.vllm simulated weight\n" + name).encode("utf-8")).digest(size))
+    if dtype == "BF16":
+        # sign and a small exponent in the high byte: values of magnitude 2**-7 to 2**-5, as trained weights
+        data[1::2] = bytes((b & 0x80) | 0x3c | (b & 0x01) for b in data[1::2])
+    elif dtype == "F8_E4M3":
+        data = bytearray(0x30 | (b & 0x0f) for b in data)     # positive, finite block scales
+    return bytes(data)
+
+
+def safetensors_file(tensors):
+    """The bytes of a safetensors file holding TENSORS [(name, dtype, shape)] in that order."""
+    header = {"__metadata__": {"format": "pt"}}
+    chunks = []
+    offset = 0
+    for name, dtype, shape in tensors:
+        data = tensor_bytes(name, dtype, shape)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)                     # the safetensors library pads the header to 8 bytes
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+
+
+def weight_files():
+    """File name -> bytes: the shards and model.safetensors.index.json."""
+    files = {}
+    weight_map = {}
+    total = 0
+    for shard, tensors in weight_shards():
+        files[shard] = safetensors_file(tensors)
+        for name, dtype, shape in tensors:
+            weight_map[name] = shard
+            total += len(tensor_bytes(name, dtype, shape))
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    files[INDEX_NAME] = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    return files
+
+
+def _write_bytes(path, data):
+    """Write a regular file of DATA (bytes); a link there is replaced, what it points to untouched."""
     if os.path.islink(path):
         os.unlink(path)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with open(tmp, "wb") as handle:
+        handle.write(data)
     os.replace(tmp, path)
     return path
 
@@ -165,47 +276,69 @@ def _fixtures():
         import fixtures  # pylint: disable=import-outside-toplevel,import-error
     except ImportError:
         return None
-    return fixtures if hasattr(fixtures, "make_model_dir") else None
+    needed = ("model_files", "write_plain", "write_hf_cache")
+    return fixtures if all(hasattr(fixtures, name) for name in needed) else None
+
+
+def tokenizer_files(model_max_length=262144, tokenizer=None):
+    """File name -> bytes: tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
+    tokenizer = tokenizer or build_tokenizer()
+    texts = {
+        "tokenizer.json": tokenizer.to_str(pretty=True) + "\n",
+        "tokenizer_config.json": _dump(tokenizer_config(model_max_length)),
+        "special_tokens_map.json": _dump(special_tokens_map()),
+    }
+    return dict((name, text.encode("utf-8")) for name, text in texts.items())
 
 
 def write_tokenizer(model_dir, model_max_length=262144, tokenizer=None):
     """Write tokenizer.json, tokenizer_config.json and special_tokens_map.json."""
-    tokenizer = tokenizer or build_tokenizer()
     os.makedirs(model_dir, exist_ok=True)
-    return [
-        _write_file(os.path.join(model_dir, "tokenizer.json"), tokenizer.to_str(pretty=True) + "\n"),
-        _write_file(os.path.join(model_dir, "tokenizer_config.json"), _dump(tokenizer_config(model_max_length))),
-        _write_file(os.path.join(model_dir, "special_tokens_map.json"), _dump(special_tokens_map())),
-    ]
+    files = tokenizer_files(model_max_length, tokenizer)
+    return [_write_bytes(os.path.join(model_dir, name), data) for name, data in sorted(files.items())]
 
 
 def make_model_dir(path, layout="plain", quant="top", max_position_embeddings=262144, use_fixtures=True):
     """Build a simulated model directory under ``path``; return a summary dict.
 
     With fixtures.py (and use_fixtures) the config files are its Kimi-K2.5
-    ones (``layout``/``quant`` are passed to it; for ``hf-cache`` the
-    tokenizer goes into the newest snapshot). Otherwise ``path`` gets a
-    minimal config.json and generation_config.json. ``summary['model_dir']``
-    is the directory to serve.
+    ones (``quant`` is passed to it) and ``layout`` may be ``hf-cache``:
+    ``path`` is then a hub cache whose one snapshot links every file (the
+    config files, the tokenizer, the shards and their index) into
+    ``blobs/``. Otherwise ``path`` gets a minimal config.json and
+    generation_config.json. ``summary['model_dir']`` is the directory to
+    serve, ``summary['files']`` its files.
     """
+    if layout not in ("plain", "hf-cache", "hf_cache"):
+        raise ValueError("layout must be plain or hf-cache, got %r" % (layout,))
     tokenizer = build_tokenizer()
     fixtures = _fixtures() if use_fixtures else None
+    if fixtures is None and layout != "plain":
+        raise ValueError("layout %r needs tests/sim/model/fixtures.py" % (layout,))
     if fixtures is not None:
-        summary = fixtures.make_model_dir(path, layout=layout, quant=quant)
-        summary.setdefault("files", [])
+        files = fixtures.model_files(quant=quant)
     else:
-        if layout != "plain":
-            raise ValueError("layout %r needs tests/sim/model/fixtures.py" % (layout,))
+        files = {
+            "config.json": _dump(minimal_config(tokenizer.get_vocab_size(), max_position_embeddings)).encode("utf-8"),
+            "generation_config.json": _dump({"bos_token_id": 1, "eos_token_id": 2,
+                                             "max_length": max_position_embeddings}).encode("utf-8"),
+        }
+    # (the tokenizer replaces the fixtures' TikToken tokenizer_config.json: this one loads offline)
+    files.update(tokenizer_files(max_position_embeddings, tokenizer))
+    weights = weight_files()
+    files.update(weights)
+    if layout == "plain":
         os.makedirs(path, exist_ok=True)
-        summary = {"layout": "plain", "model_dir": path, "files": [
-            _write_file(os.path.join(path, "config.json"),
-                        _dump(minimal_config(tokenizer.get_vocab_size(), max_position_embeddings))),
-            _write_file(os.path.join(path, "generation_config.json"),
-                        _dump({"bos_token_id": 1, "eos_token_id": 2, "max_length": max_position_embeddings})),
-        ]}
-    written = write_tokenizer(summary["model_dir"], max_position_embeddings, tokenizer)
-    summary["files"] = sorted(set(summary["files"]) | set(written))
+        written = [_write_bytes(os.path.join(path, name), data) for name, data in sorted(files.items())]
+        summary = {"layout": "plain", "model_dir": path, "files": written}
+    else:
+        shards = [name for name in weights if name.endswith(".safetensors")]
+        summary = fixtures.write_hf_cache(path, [files], lfs=shards)
+        summary["files"] = list(summary["links"])
+    summary["files"] = sorted(summary["files"])
     summary["tokenizer"] = {"vocab_size": tokenizer.get_vocab_size(), "type": "WordLevel"}
+    summary["weights"] = {"shards": sorted(n for n in weights if n.endswith(".safetensors")), "index": INDEX_NAME,
+                          "bytes": sum(len(data) for name, data in weights.items() if name.endswith(".safetensors"))}
     return summary
 
 

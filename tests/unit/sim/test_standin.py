@@ -645,12 +645,13 @@ def test_model_dir_hf_cache_layout_keeps_blobs(tmp_path):
         pytest.skip("tests/sim/model/fixtures.py is not there: no hub cache layout to build")
     summary = make_model_dir.make_model_dir(str(tmp_path / "hub"), layout="hf-cache")
     snapshot = summary["model_dir"]
-    assert os.path.islink(os.path.join(snapshot, "config.json"))
-    assert not os.path.islink(os.path.join(snapshot, "tokenizer_config.json"))
+    # every file of the snapshot is a link into blobs/, as the hub writes it (the tokenizer and the shards too)
+    assert sorted(os.listdir(snapshot)) == sorted(os.path.basename(f) for f in summary["files"])
+    assert all(os.path.islink(os.path.join(snapshot, name)) for name in os.listdir(snapshot))
     blobs = os.path.join(os.path.dirname(os.path.dirname(snapshot)), "blobs")
-    for blob in os.listdir(blobs):  # the TikToken tokenizer_config blob is untouched
-        with open(os.path.join(blobs, blob), "rb") as handle:
-            assert b"PreTrainedTokenizerFast" not in handle.read()
+    assert len(os.listdir(blobs)) == len(os.listdir(snapshot))  # no blob left over (the fixtures' TikToken one)
+    with open(os.path.join(snapshot, "tokenizer_config.json"), "rb") as handle:
+        assert b"PreTrainedTokenizerFast" in handle.read()
 
 
 def test_model_dir_without_fixtures_writes_minimal_config(tmp_path):
