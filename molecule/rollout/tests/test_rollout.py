@@ -198,6 +198,33 @@ def test_limited_audit_reports_the_limited_host_only():
     assert limited["not_audited"] == []
 
 
+def test_the_audit_shows_each_hosts_model_fingerprint_and_names_each_model_fault_on_its_host():
+    after = rows(report("after", "drift.json"))
+    recorded = after["rollout-1"]["model"][0]["fingerprint"]
+    assert {row["model"][0]["fingerprint"] for row in after.values()} == {recorded}
+    assert recorded.startswith("sha256:")
+    damaged = rows(report("models", "drift.json"))
+    whole = damaged["rollout-1"]["model"][0]
+    assert whole["fingerprint"] == recorded and whole["fleet"] == "= recorded" and whole["reference_from"] == "recorded"
+    assert "model" not in damaged["rollout-1"]["drift"]
+    # another tokenizer revision loads: whole, and other bytes than the record, with the file that differs
+    tokenizer = damaged["rollout-2"]["model"][0]
+    assert tokenizer["ok"] is True and tokenizer["finding"] == "differs" and "model" in damaged["rollout-2"]["drift"]
+    assert tokenizer["fingerprint"].startswith("sha256:") and tokenizer["fingerprint"] != recorded
+    assert "tokenizer.json (other content)" in tokenizer["differs"], tokenizer
+    broken = damaged["rollout-3"]["model"][0]
+    assert broken["finding"] == "broken" and "model" in damaged["rollout-3"]["drift"]
+    kinds = {(problem["file"], problem["kind"]) for problem in broken["problems"]}
+    assert {("model-00004-of-00004.safetensors", "truncated"), ("model-00001-of-00004.safetensors", "lfs_pointer"),
+            ("model-00002-of-00004.safetensors", "missing")} <= kinds, broken["problems"]
+    found = sorted(glob.glob(os.path.join(REPORTS, "models", "*", "drift.md")))
+    with open(found[-1]) as handle:
+        markdown = handle.read()
+    section = markdown.split("## Model directories", 1)[1]
+    assert "reference `%s` (recorded in fleet_model_fingerprints)" % recorded in section
+    assert "tokenizer.json (other content)" in section and "model-00002-of-00004.safetensors" in section
+
+
 # --- one environment for the whole fleet (the lock) -------------------------------------------------------------
 
 def lock_of(kind):
