@@ -210,8 +210,8 @@ def audit_models_record(rows, recorded_at=""):
     lines.append("# Review them, then copy fleet_model_fingerprints into your inventory (group_vars): the audit flags a")
     lines.append("# host that holds other bytes, and the rollout refuses to restart it.")
     fingerprints = dict((path, value[0]) for path, value in chosen.items())
-    body = "fleet_model_fingerprints:" + ("".join("\n  %s: %s" % (json.dumps(path), fp) for path, fp in sorted(fingerprints.items()))
-                                         if fingerprints else " {}")
+    pinned = "".join("\n  %s: %s" % (json.dumps(path), fp) for path, fp in sorted(fingerprints.items()))
+    body = "fleet_model_fingerprints:" + (pinned or " {}")
     return {"fingerprints": fingerprints, "without": without, "content": "\n".join(lines) + "\n---\n" + body + "\n"}
 
 
