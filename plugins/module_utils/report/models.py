@@ -214,6 +214,8 @@ def fleet_view(models):
                     row["differs"] = _differs(entry["files"], ref["files"])
                 if ref["reference"] and entry["fingerprint"] == ref["reference"]:
                     row["fleet"] = ("= recorded" if ref["from"] == "recorded" else
+                                    "same as all %d hosts" % ref["checked"] if ref["count"] == ref["checked"] > 1 else
+                                    "the only host" if ref["checked"] == 1 else
                                     "same as %d of %d hosts" % (ref["count"], ref["checked"]))
                 elif ref["reference"]:
                     row["fleet"] = ("DIFFERS from the recorded %s" % short(ref["reference"]) if ref["from"] == "recorded"

@@ -60,10 +60,15 @@ def test_a_fleet_on_the_same_bytes_has_no_model_drift():
     rows = by_host(rows_of(hostvars(gpu_1=[result()], gpu_2=[result()], gpu_3=[result()])))
     for row in rows.values():
         model = row["model"][0]
-        assert row["drift"] == [] and model["finding"] == "" and model["fleet"] == "same as 3 of 3 hosts"
+        assert row["drift"] == [] and model["finding"] == "" and model["fleet"] == "same as all 3 hosts"
         assert model["reference_from"] == "majority" and model["fingerprint"].startswith("sha256:")
         assert "files" not in model  # drift.json keeps the files that differ, not every sha256
     assert rows["gpu-1"]["model_cell"] == rows["gpu-1"]["model"][0]["fingerprint"][:19]
+
+
+def test_one_host_alone_is_its_own_reference():
+    rows = by_host(rows_of(hostvars(gpu_1=[result()])))
+    assert rows["gpu-1"]["drift"] == [] and rows["gpu-1"]["model"][0]["fleet"] == "the only host"
 
 
 def test_another_tokenizer_revision_differs_from_the_majority_and_names_the_file():
