@@ -146,19 +146,19 @@ def packages_audit_cell(row):
     return cell(text + "".join("; " + note for note in notes if note))
 
 
-def model_entries(results, recorded=None):
+def model_entries(results, recorded=None, dirs=None):
     """One host's gpufleet.vllm.model_info results, checked, against FLEET_MODEL_FINGERPRINTS (see model_entries.yml)."""
     try:
-        return model_report.host_models(results, recorded)
+        return model_report.host_models(results, recorded, dirs)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
 
 
-def model_refusals(entries):
+def model_refusals(entries, config_pending=False):
     """What stops a restart of the host: its broken, unchecked or unrecorded model directories (see model_refusals.yml)."""
     if not isinstance(entries, (list, tuple)):
         raise AnsibleFilterError("model_refusals expects model_entries' list, got %s" % type(entries).__name__)
-    return model_report.refusals(list(entries))
+    return model_report.refusals(list(entries), bool(config_pending))
 
 
 def audit_models(rows, hostvars, var="gpufleet_models"):
@@ -171,8 +171,11 @@ def audit_models(rows, hostvars, var="gpufleet_models"):
     for row in rows:
         if isinstance(row, dict) and row.get("host") is not None:
             entries = note(note(hostvars, row["host"]) or {}, var)
+            # (a host that was read but whose model directories were not noted: the task that checks them failed)
             models[row["host"]] = [e for e in entries if isinstance(e, dict) and "dir" in e and "checked" in e] \
-                if isinstance(entries, list) else []
+                if isinstance(entries, list) else [dict(model_report.host_models([{"item": "?", "msg": (
+                    "the model directories were not checked: the task that checks them failed on this host (its "
+                    "output says why)")}])[0])]
     view = model_report.fleet_view(models)
     out = []
     for row in rows:

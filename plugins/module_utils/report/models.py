@@ -25,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import posixpath
 import re
 
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, one_line
@@ -36,6 +37,13 @@ MAX_FILES = 5000        # needed files kept per directory for the comparison
 MAX_DIFFERS = 20        # files that differ, listed per directory
 MAX_TEXT = 300
 MAX_DIRS = 64
+#: Problems that make vLLM fail to load the directory, or load other bytes than its files say: a host with one of them
+#: is not restarted. The others (a link out of the directory, a shard the index does not name, a FIFO, too many
+#: entries) are reported, and are drift, but do not stop a restart.
+FATAL_KINDS = frozenset(("missing", "truncated", "lfs_pointer", "bad_header", "bad_offsets", "bad_index", "bad_json",
+                         "index_mismatch", "hash_mismatch", "unreadable"))
+_MORE = re.compile(r"(\d{1,9}) more problems not listed\Z")
+OFF = "not checked (fleet_model_check is off)"
 
 
 def short(fingerprint):
@@ -46,6 +54,11 @@ def short(fingerprint):
 def _text(value, limit=MAX_TEXT):
     text = one_line(value if isinstance(value, str) else json.dumps(value, default=str))
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def normal_dir(path):
+    """PATH as the fleet's directories are compared: no trailing or doubled slash, no . or .. part."""
+    return posixpath.normpath(path) if path.startswith("/") else path
 
 
 def _fingerprint(value):
@@ -66,19 +79,29 @@ def recorded_map(recorded):
         if _fingerprint(value) is None:
             raise ValueError("fleet_model_fingerprints: the fingerprint of %s must be sha256: and 64 hex digits "
                              "(what gpufleet.vllm.model_info returns), got %s" % (_text(key, 80), _text(value, 80)))
-        out[key.rstrip("/") or "/"] = value
+        out[normal_dir(key)] = value
     return out
 
 
 def _problems(value):
-    out = []
+    """(the first MAX_PROBLEMS problems, how many there are in all, whether one of them is fatal): the module's own
+    marker of the problems it did not list counts them."""
+    out, total, fatal = [], 0, False
     for item in value if isinstance(value, list) else []:
-        if isinstance(item, dict):
-            out.append({"file": _text(item.get("file", "?"), 200), "kind": _text(item.get("kind", "?"), 40),
-                        "detail": _text(item.get("detail", ""))})
-        if len(out) >= MAX_PROBLEMS:
-            break
-    return out
+        if not isinstance(item, dict):
+            continue
+        if item.get("kind") == "more":
+            found = _MORE.match(str(item.get("detail", "")))
+            total += int(found.group(1)) if found else 1
+            # (what was not listed may be anything)
+            fatal = True
+            continue
+        total += 1
+        kind = _text(item.get("kind", "?"), 40)
+        fatal = fatal or kind in FATAL_KINDS
+        if len(out) < MAX_PROBLEMS:
+            out.append({"file": _text(item.get("file", "?"), 200), "kind": kind, "detail": _text(item.get("detail", ""))})
+    return out, total, fatal
 
 
 def _files(value):
@@ -95,28 +118,38 @@ def _files(value):
 def _one(result, recorded):
     """One loop result of model_info -> the checked entry."""
     path = result.get("item") if isinstance(result.get("item"), str) else result.get("path")
-    path = _text(path if isinstance(path, str) else "?", 400)
-    entry = {"dir": path, "checked": False, "ok": None, "fingerprint": None, "mode": None, "problems": [],
-             "problems_total": 0, "error": "", "files": {}, "recorded": recorded.get(path.rstrip("/") or "/"),
-             "vs_recorded": ""}
+    path = _text(normal_dir(path) if isinstance(path, str) else "?", 400)
+    entry = {"dir": path, "checked": False, "off": False, "ok": None, "fatal": False, "fingerprint": None,
+             "mode": None, "problems": [], "problems_total": 0, "error": "", "files": {},
+             "recorded": recorded.get(path), "vs_recorded": ""}
     if result.get("skipped"):
-        entry["error"] = "not checked (fleet_model_check is off)"
+        entry.update(off=True, error=OFF)
         return entry
     if not isinstance(result.get("ok"), bool):
         entry["error"] = _text(result.get("msg") or "the check gave no verdict", 600)
         return entry
-    entry.update(checked=True, ok=result["ok"], fingerprint=_fingerprint(result.get("fingerprint")),
-                 mode=_text(result.get("mode") or "?", 10), problems=_problems(result.get("problems")),
-                 problems_total=len(result["problems"]) if isinstance(result.get("problems"), list) else 0,
-                 files=_files(result.get("files")))
+    problems, total, fatal = _problems(result.get("problems"))
+    entry.update(checked=True, ok=result["ok"] and not total, fatal=fatal,
+                 fingerprint=_fingerprint(result.get("fingerprint")), mode=_text(result.get("mode") or "?", 10),
+                 problems=problems, problems_total=total, files=_files(result.get("files")))
     if entry["recorded"]:
         entry["vs_recorded"] = "same" if entry["fingerprint"] == entry["recorded"] else "differs"
     return entry
 
 
-def host_models(results, recorded=None):
-    """One host's model_info results (the registered loop's ``results``, or one result) -> its checked entries."""
+def host_models(results, recorded=None, dirs=None):
+    """One host's model_info results (the registered loop's ``results``, or one result) -> its checked entries.
+    With DIRS (fleet_model_dirs), a RECORDED directory that is not one of them is refused (ValueError): a record
+    that never meets its directory would pass unseen."""
     recorded = recorded_map(recorded)
+    if dirs is not None:
+        known = set(normal_dir(d) for d in dirs if isinstance(d, str)) if isinstance(dirs, (list, tuple)) else set()
+        unknown = sorted(d for d in recorded if d not in known)
+        if unknown:
+            raise ValueError("fleet_model_fingerprints names %s, which %s not one of fleet_model_dirs (%s): a "
+                             "fingerprint is recorded for a directory the audit and the rollout check" % (
+                                 ", ".join(_text(d, 200) for d in unknown), "is" if len(unknown) == 1 else "are",
+                                 ", ".join(sorted(_text(d, 200) for d in known)) or "none"))
     if isinstance(results, dict):
         results = results.get("results", [results]) if "results" in results else [results]
     out = []
@@ -137,28 +170,28 @@ def _problem_words(problem):
     return "%s: %s (%s)" % (problem["file"], problem["detail"], problem["kind"])
 
 
-def refusals(entries):
-    """What stops a restart of the host: one sentence per directory that is broken, unchecked or not the recorded."""
+def refusals(entries, config_pending=False):
+    """What stops a restart of the host: one sentence per directory that is broken (a fatal problem), could not be
+    checked, or is not the recorded one. CONFIG_PENDING: the run edits the host's model configs (the SM120 policy)
+    before its restart, so a fingerprint that differs from the record is not refused (the edit may bring it there)."""
     out = []
     for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict):
+        if not isinstance(entry, dict) or entry.get("off"):
             continue
         where = "The model directory %s" % entry.get("dir", "?")
-        if entry.get("error") and not entry.get("checked"):
-            if entry["error"].startswith("not checked (fleet_model_check is off)"):
-                continue
-            out.append("%s could not be checked: %s" % (where, entry["error"]))
-        elif entry.get("ok") is False:
+        if not entry.get("checked"):
+            out.append("%s could not be checked: %s" % (where, entry.get("error") or "no verdict"))
+        elif entry.get("fatal"):
             problems = entry.get("problems") or []
             more = entry.get("problems_total", len(problems)) - len(problems[:5])
             out.append("%s is broken, so vLLM would fail to load it after the stop: %s%s. Fetch the named files "
                        "again (git lfs pull, or the download again)" % (
                            where, "; ".join(_problem_words(p) for p in problems[:5]),
                            " (and %d more)" % more if more > 0 else ""))
-        elif entry.get("vs_recorded") == "differs":
+        elif entry.get("vs_recorded") == "differs" and not config_pending:
             out.append("%s holds other bytes than fleet_model_fingerprints records: its fingerprint is %s, the "
-                       "recorded one %s (the audit lists the files that differ from a host that holds it). Bring "
-                       "the directory to the recorded model, or record the new one in fleet_model_fingerprints "
+                       "recorded one %s (the audit lists the files that differ when a host holds the recorded one). "
+                       "Bring the directory to the recorded model, or record the new one in fleet_model_fingerprints "
                        "when the whole fleet moves to it" % (where, entry.get("fingerprint") or "none",
                                                              entry.get("recorded")))
     return out
@@ -206,8 +239,7 @@ def fleet_view(models):
             row = dict(entry)
             row.update(reference=ref["reference"], reference_from=ref["from"], differs=[], finding="", fleet="")
             if not entry["checked"]:
-                off = entry["error"].startswith("not checked (fleet_model_check is off)")
-                row["finding"] = "" if off else "not checked"
+                row["finding"] = "" if entry.get("off") else "not checked"
                 row["summary"] = entry["error"]
             else:
                 if ref["files"] is not None and entry["fingerprint"] != ref["reference"]:
@@ -221,11 +253,13 @@ def fleet_view(models):
                     row["fleet"] = ("DIFFERS from the recorded %s" % short(ref["reference"]) if ref["from"] == "recorded"
                                     else "DIFFERS from the fleet (%d of %d hosts hold %s)" % (
                                         ref["count"], ref["checked"], short(ref["reference"])))
+                elif not ref["ranked"] and ref["checked"] > 1:
+                    row["fleet"] = "no host's directory is whole"
                 elif len(ref["ranked"]) > 1 or (entry["ok"] is False and ref["checked"] > 1):
                     row["fleet"] = "DIFFERS: no fingerprint is held by more hosts than any other (%s)" % ", ".join(
                         "%s on %d" % (short(fp), count) for fp, count in ref["ranked"][:5])
                 if entry["ok"] is False:
-                    row["finding"] = "broken"
+                    row["finding"] = "broken" if entry.get("fatal") else "problems"
                 elif row["fleet"].startswith("DIFFERS"):
                     row["finding"] = "differs"
                 row["summary"] = _summary(row)
@@ -235,11 +269,11 @@ def fleet_view(models):
 
 
 def _summary(row):
-    if row["finding"] == "broken":
+    if row["finding"] in ("broken", "problems"):
         problems = row["problems"]
         more = row["problems_total"] - len(problems[:3])
-        return "BROKEN: %s%s" % ("; ".join(_problem_words(p) for p in problems[:3]),
-                                 " (and %d more)" % more if more > 0 else "")
+        return "%s: %s%s" % ("BROKEN" if row["finding"] == "broken" else "PROBLEMS",
+                             "; ".join(_problem_words(p) for p in problems[:3]), " (and %d more)" % more if more > 0 else "")
     text = short(row["fingerprint"])
     if row["fleet"]:
         text += " (%s)" % row["fleet"]
@@ -252,8 +286,9 @@ def cell(rows):
     """The drift table's cell of one host: each directory's short fingerprint or its verdict."""
     parts = []
     for row in rows or []:
-        if row.get("finding") == "broken":
-            parts.append("BROKEN (%d problem%s)" % (row["problems_total"], "" if row["problems_total"] == 1 else "s"))
+        if row.get("finding") in ("broken", "problems"):
+            parts.append("%s (%d problem%s)" % ("BROKEN" if row["finding"] == "broken" else "PROBLEMS",
+                                                row["problems_total"], "" if row["problems_total"] == 1 else "s"))
         elif row.get("finding") == "not checked":
             parts.append("not checked")
         elif row.get("finding") == "differs":
@@ -284,13 +319,14 @@ def markdown(view, hosts):
         if first["reference"]:
             whence = ("recorded in fleet_model_fingerprints" if first["reference_from"] == "recorded"
                       else "held by more hosts whose directory is whole than any other")
-            lines.append("%s: reference `%s` (%s)." % (markdown_inline(one_line(path)), first["reference"], whence))
+            lines.append("%s: reference `%s` (%s)." % (markdown_inline(one_line(path), True), first["reference"], whence))
         else:
             lines.append("%s: no reference (no fingerprint recorded, none held by more hosts than any other)." % (
-                markdown_inline(one_line(path))))
+                markdown_inline(one_line(path), True)))
         lines.extend(["", "| host | fingerprint | verdict | against the reference |", "|---|---|---|---|"])
         for host, row in held:
-            verdict = ("whole" if row["ok"] else "BROKEN") if row["checked"] else (row["finding"] or "not checked")
+            verdict = (("whole" if row["ok"] else "BROKEN" if row.get("fatal") else "PROBLEMS") if row["checked"]
+                       else (row["finding"] or "not checked"))
             lines.append("| %s | %s | %s | %s |" % tuple(markdown_inline(one_line(v)).replace("|", "\\|") for v in (
                 host, short(row["fingerprint"]), verdict + (" (%s)" % row["mode"] if row["mode"] else ""),
                 row["fleet"] or "-")))

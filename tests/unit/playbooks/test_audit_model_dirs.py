@@ -5,7 +5,7 @@
 """The audit shows each host's model fingerprint and names each model fault on its host: drift.md (a column and a
 section), drift.json, the lines it prints and model-fingerprints.yml, which pins what most hosts hold.
 
-Run by real ansible-playbook: the audit's own plays (the options check, the task of tasks/drift.yml that notes each
+Run by real ansible-playbook: the audit's own plays (the options check, the task of tasks/model.yml that notes each
 model directory, the report) around fake drift_info rows, with each host's model_info results made by
 module_utils/modeldir on real simulated model directories (tests/sim/model), damaged by tests/sim/model/damage_model.py
 as the rollout scenario damages its hosts'. The task that runs model_info on the hosts is the rollout scenario's."""
@@ -27,7 +27,7 @@ from helpers import load_source
 
 query_tests = load_source("gpufleet_audit_query_for_models", "tests", "unit", "playbooks", "test_audit_query.py")
 make_model_dir = load_source("gpufleet_sim_make_model_dir_audit", "tests", "sim", "model", "make_model_dir.py")
-DRIFT_TASKS = os.path.join(query_tests.REPO, "playbooks", "tasks", "drift.yml")
+MODEL_TASKS = os.path.join(query_tests.REPO, "playbooks", "tasks", "model.yml")
 DAMAGE = os.path.join(query_tests.REPO, "tests", "sim", "model", "damage_model.py")
 NOTE_TASK = "Note each model directory's verdict and fingerprint against fleet_model_fingerprints"
 MODEL = "/shared/kimi-k2.5-nvfp4"
@@ -53,14 +53,14 @@ def results(tmp_path_factory):
     return out
 
 
-def run_audit(tmp_path, fleet, models, group_vars, **extra):
+def run_audit(tmp_path, fleet, models, group_vars, host_vars=None, **extra):
     with open(query_tests.AUDIT) as handle:
         plays = yaml.safe_load(handle)
-    with open(DRIFT_TASKS) as handle:
+    with open(MODEL_TASKS) as handle:
         note = [task for task in yaml.safe_load(handle) if task["name"] == NOTE_TASK]
     check = [play for play in plays if play["name"] == "Check the audit's options"]
     report = [play for play in plays if play["name"] == "Fleet drift report"]
-    assert len(check) == 1 and len(report) == 1 and len(note) == 1, "audit.yml or drift.yml lost what this test runs"
+    assert len(check) == 1 and len(report) == 1 and len(note) == 1, "audit.yml or tasks/model.yml lost what this test runs"
     facts = tmp_path / "facts.json"
     facts.write_text(json.dumps({"fleet": fleet, "models": models}))
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
@@ -75,8 +75,9 @@ def run_audit(tmp_path, fleet, models, group_vars, **extra):
         yaml.safe_dump(check + [stand_in] + report, handle, sort_keys=False)
     inventory = tmp_path / "hosts.yml"
     with open(str(inventory), "w") as handle:
-        yaml.safe_dump({"all": {"children": {"vllm_fleet": {"hosts": dict((host, None) for host in fleet),
-                                                            "vars": group_vars}}}}, handle)
+        yaml.safe_dump({"all": {"children": {"vllm_fleet": {"hosts": dict((host, (host_vars or {}).get(host)) for host in fleet),
+                                                            "vars": dict({"fleet_model_dirs": [MODEL]}, **group_vars)}}}},
+                       handle)
     proc = query_tests.ansible_playbook(str(tmp_path), playbook, str(inventory), dict(extra, audit_quality=False))
     reports = tmp_path / "reports"
     dirs = sorted(reports.iterdir()) if reports.is_dir() else []
@@ -144,6 +145,17 @@ def test_the_pasted_record_decides_and_fail_on_drift_fails_the_run(tmp_path, res
     assert rows["gpu-a01"]["model"][0]["fleet"] == "= recorded"
     assert "tokenizer.json (other content)" in rows["gpu-a02"]["model"][0]["differs"]
     assert "reference `%s` (recorded in fleet_model_fingerprints)" % good in (report / "drift.md").read_text()
+
+
+def test_a_bad_record_on_one_host_is_refused_before_any_host_is_read(tmp_path, results):
+    good = results["gpu-a01"]["results"][0]["fingerprint"]
+    fleet = fleet_of(["gpu-a01", "gpu-a02"])
+    proc, report = run_audit(tmp_path, fleet, dict((host, results[host]) for host in fleet),
+                             {"fleet_model_fingerprints": {MODEL: good}},
+                             host_vars={"gpu-a02": {"fleet_model_fingerprints": {"/shared/other": good}}})
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and report is None, output
+    assert "fleet_model_fingerprints names /shared/other, which is not one of fleet_model_dirs" in " ".join(output.split())
 
 
 def test_a_bad_record_is_refused_before_any_host_is_read(tmp_path, results):

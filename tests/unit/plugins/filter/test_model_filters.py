@@ -179,3 +179,53 @@ def test_the_record_file_pins_what_most_hosts_hold_and_says_what_it_could_not():
     assert split["fingerprints"] == {} and yaml.safe_load(split["content"]) == {"fleet_model_fingerprints": {}}
     assert "# %s: no fingerprint is held by more hosts than any other" % DIR in split["content"]
     assert "# %s: held by 2 of the 3 hosts that checked it." % DIR in got["content"]
+
+
+def test_problems_that_do_not_stop_a_load_are_reported_but_not_refused():
+    linked = [result(problems=[("README.md", "link_out", "a link to /etc/hostname, out of the model directory")])]
+    entries = model_entries(linked)
+    assert model_refusals(entries) == [] and entries[0]["ok"] is False and entries[0]["fatal"] is False
+    rows = by_host(rows_of(hostvars(gpu_1=[result()], gpu_2=[result()], gpu_3=linked)))
+    assert rows["gpu-3"]["drift"] == ["model"] and rows["gpu-3"]["model"][0]["finding"] == "problems"
+    assert rows["gpu-3"]["model_cell"] == "PROBLEMS (1 problem)"
+    assert rows["gpu-3"]["model"][0]["summary"].startswith("PROBLEMS: README.md: a link to /etc/hostname")
+
+
+def test_the_modules_count_of_problems_not_listed_is_counted():
+    problems = [(SHARDS[0], "truncated", "short")] * 3 + [(".", "more", "4800 more problems not listed")]
+    entry = model_entries([result(problems=problems)])[0]
+    assert entry["problems_total"] == 4803 and len(entry["problems"]) == 3 and entry["fatal"] is True
+    assert "(and 4800 more)" in model_refusals([entry])[0]
+
+
+def test_every_host_broken_says_so_without_an_empty_list():
+    broken = [result(problems=[(SHARDS[0], "truncated", "short")], fingerprint=None)]
+    rows = by_host(rows_of(hostvars(gpu_1=broken, gpu_2=broken)))
+    assert rows["gpu-1"]["model"][0]["fleet"] == "no host's directory is whole"
+    assert "()" not in rows["gpu-1"]["model"][0]["summary"]
+
+
+def test_a_record_for_a_directory_the_fleet_does_not_check_is_refused():
+    with pytest.raises(AnsibleFilterError, match="fleet_model_fingerprints names /hf/models--o--n, which is not one of "
+                                                 "fleet_model_dirs"):
+        model_entries([], {"/hf/models--o--n": "sha256:" + "0" * 64}, dirs=["/hf/models--o--n/snapshots/abc"])
+    # (the same directory written with a trailing or doubled slash is the same directory)
+    assert model_entries([result(item=DIR + "/")], {DIR + "//": result()["fingerprint"]}, dirs=[DIR])[0]["vs_recorded"] \
+        == "same"
+
+
+def test_one_directory_written_two_ways_is_compared_as_one():
+    rows = by_host(rows_of(hostvars(gpu_1=[result(item=DIR + "/")], gpu_2=[result(item=DIR)])))
+    assert rows["gpu-1"]["model"][0]["fleet"] == "same as all 2 hosts" and rows["gpu-1"]["model"][0]["dir"] == DIR
+
+
+def test_a_mismatch_with_the_record_is_not_refused_when_the_run_edits_the_configs():
+    entries = model_entries([result(dict(BASE, **{"config.json": "c2"}))], {DIR: result()["fingerprint"]})
+    assert len(model_refusals(entries)) == 1 and model_refusals(entries, config_pending=True) == []
+    broken = model_entries([result(problems=[(SHARDS[0], "truncated", "short")])], {DIR: result()["fingerprint"]})
+    assert len(model_refusals(broken, config_pending=True)) == 1
+
+
+def test_a_failed_check_whose_message_looks_like_off_is_still_not_checked():
+    entries = model_entries([{"item": DIR, "msg": "not checked (fleet_model_check is off) -- or so it says"}])
+    assert entries[0]["off"] is False and len(model_refusals(entries)) == 1
