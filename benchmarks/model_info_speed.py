@@ -254,7 +254,7 @@ def main():
             runs["judged"].append(run_child([CHILD_JUDGE, COLLECTIONS, model]))
         first, full, sha, judged = (best(runs[name]) for name in ("first", "full", "sha", "judged"))
         assert sha["bytes"] == full["bytes"] == first["bytes"] == size, (sha["bytes"], full["bytes"], size)
-        print("targets (the issue): (a) at most %.1fx (b); (c) under %.1f s, flat in the shards' size; (d) bounded"
+        print("targets: (a) at most %.1fx (b); (c) under %.1f s, flat in the shards' size; (d) bounded"
               % (FULL_TARGET, CACHED_TARGET))
         print("(b) SHA-256 of the same bytes, 2 threads:   %6.3f s  (%.2f GB/s)  peak RSS %d MB"
               % (sha["wall"], size / sha["wall"] / 1e9, sha["maxrss_kb"] // 1024))
