@@ -85,17 +85,22 @@ def _read(model_dir, name, limit):
         size = os.fstat(fd).st_size
         if size > limit:
             raise Refused("%s has %d bytes, more than the %d read" % (name, size, limit))
-        chunks = []
-        left = size
-        while left > 0:
-            chunk = os.read(fd, min(left, CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return _read_fd(fd, size)
     finally:
         os.close(fd)
+
+
+def _read_fd(fd, size):
+    """Up to SIZE bytes from FD, in chunks of CHUNK (fewer when the file ends first)."""
+    chunks = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _replace(model_dir, name, data, mode):
@@ -121,15 +126,7 @@ def _head(model_dir, name, size):
     """The first SIZE bytes (at most MAX_SHARD) of MODEL_DIR/NAME."""
     fd = os.open(os.path.join(model_dir, name), os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
     try:
-        chunks = []
-        left = size
-        while left > 0:
-            chunk = os.read(fd, min(left, CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return _read_fd(fd, size)
     finally:
         os.close(fd)
 
