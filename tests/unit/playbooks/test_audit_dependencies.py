@@ -70,7 +70,9 @@ def run_report(tmp_path, fleet, **extra):
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
                 "tasks": lock_read + [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
                     "gpufleet_drift": "{{ (lookup('ansible.builtin.file', %r) | from_json)[inventory_hostname] }}"
-                                      % str(results)}}]}
+                                      % str(results),
+                    # (no model directory in this fleet)
+                    "gpufleet_models": []}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump([check, stand_in, report], handle, sort_keys=False)

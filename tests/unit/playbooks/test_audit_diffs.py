@@ -144,7 +144,9 @@ def run_report(tmp_path, fleet):
                 "tasks": query_tests.report_dir_task(plays) + [{
                     "name": "The host's drift_info result", "ansible.builtin.set_fact": {
                         "gpufleet_drift": "{{ (lookup('ansible.builtin.file', %r) | from_json)[inventory_hostname] }}"
-                                          % str(results)}}]}
+                                          % str(results),
+                        # (no model directory in this fleet)
+                        "gpufleet_models": []}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump([stand_in] + report, handle, sort_keys=False)

@@ -69,7 +69,9 @@ def run_audit(tmp_path, fleet, hostvars, group_vars, **extra):
                 "tasks": query_tests.report_dir_task(plays) + [{
                     "name": "The host's drift_info result", "ansible.builtin.set_fact": {
                         "gpufleet_drift": "{{ (lookup('ansible.builtin.file', %r) | from_json)[inventory_hostname] }}"
-                                          % str(results)}}] + measure}
+                                          % str(results),
+                        # (no model directory in this fleet)
+                        "gpufleet_models": []}}] + measure}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump(check + [stand_in] + report, handle, sort_keys=False)

@@ -77,7 +77,9 @@ def run_report(tmp_path, fleet, **extra):
     fix = report_dir_task(plays)
     stand_in = {"name": "Stand-in for the per-host read", "hosts": "vllm_fleet", "gather_facts": False,
                 "tasks": fix + [{"name": "The host's drift_info result", "ansible.builtin.set_fact": {
-                    "gpufleet_drift": "{{ fake_fleet[inventory_hostname] }}"}}]}
+                    "gpufleet_drift": "{{ fake_fleet[inventory_hostname] }}",
+                    # (no model directory in this fleet)
+                    "gpufleet_models": []}}]}
     playbook = str(tmp_path / "audit.yml")
     with open(playbook, "w") as handle:
         yaml.safe_dump(check + [stand_in] + report, handle, sort_keys=False)

@@ -229,3 +229,10 @@ def test_a_mismatch_with_the_record_is_not_refused_when_the_run_edits_the_config
 def test_a_failed_check_whose_message_looks_like_off_is_still_not_checked():
     entries = model_entries([{"item": DIR, "msg": "not checked (fleet_model_check is off) -- or so it says"}])
     assert entries[0]["off"] is False and len(model_refusals(entries)) == 1
+
+
+def test_a_host_whose_model_directories_were_not_noted_is_not_checked():
+    # (its drift was read, but the task that notes its model directories failed on it)
+    rows = by_host(audit_models([{"host": "gpu-1", "drift": []}], {"gpu-1": {"gpufleet_drift": {}}}))
+    assert rows["gpu-1"]["drift"] == ["model"] and rows["gpu-1"]["model_cell"] == "not checked"
+    assert "the task that checks them failed on this host" in rows["gpu-1"]["model"][0]["summary"]
