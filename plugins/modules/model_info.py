@@ -348,6 +348,9 @@ def main():
                          changed=False, check_mode=module.check_mode, cache_path=cache_path)
     result.update(changed=False, check_mode=module.check_mode, cache_path=cache_path, io_priority=io_priority,
                   msg=summary(result))
+    # (a result with "path" gets that path's owner and mode added by AnsibleModule, its mode over RV(mode): the
+    # directory is RV(directory))
+    del result["path"]
     if params["fail_on_problem"] and not result["ok"]:
         module.fail_json(**result)
     module.exit_json(**result)

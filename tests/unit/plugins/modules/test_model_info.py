@@ -51,6 +51,9 @@ def test_a_whole_model_and_its_second_quick_run_from_the_cache(run, plain, tmp_p
     assert first["msg"].startswith("The model directory %s (plain) is whole: fingerprint %s;"
                                    % (plain, first["fingerprint"]))
     assert first["io_priority"].startswith("nice 10")
+    # the check's mode, not the directory's file mode (AnsibleModule adds a path's owner and mode to a result that
+    # names a path)
+    assert first["mode"] == "quick" and "owner" not in first and first["directory"] == plain
     code, second = run(args(plain, tmp_path))
     assert code == 0 and second["bytes_hashed"] == 0 and second["cache_hits"] == first["fingerprint_files"]
     assert second["fingerprint"] == first["fingerprint"]
