@@ -236,3 +236,10 @@ def test_a_host_whose_model_directories_were_not_noted_is_not_checked():
     rows = by_host(audit_models([{"host": "gpu-1", "drift": []}], {"gpu-1": {"gpufleet_drift": {}}}))
     assert rows["gpu-1"]["drift"] == ["model"] and rows["gpu-1"]["model_cell"] == "not checked"
     assert "the task that checks them failed on this host" in rows["gpu-1"]["model"][0]["summary"]
+
+
+def test_a_directory_that_begins_a_markdown_line_is_shown_as_text():
+    hv = {"gpu-1": {"gpufleet_models": model_entries([result(item="# heading")])}}
+    text = audit_models_markdown(rows_of(hv))
+    line = [line for line in text.splitlines() if "heading" in line and "reference" in line][0]
+    assert line.startswith("\\# heading: reference `sha256:"), line
