@@ -28,6 +28,7 @@ import json
 import posixpath
 import re
 
+from ansible_collections.gpufleet.vllm.plugins.module_utils.report.dependencies import fingerprint_counts
 from ansible_collections.gpufleet.vllm.plugins.module_utils.safetext import markdown_inline, one_line
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}\Z")
@@ -161,9 +162,12 @@ def host_models(results, recorded=None, dirs=None):
     return out
 
 
-def _top(ranked):
-    """The fingerprint more hosts hold than any other (RANKED: (fingerprint, hosts) most first), or None on a tie."""
-    return ranked[0][0] if ranked and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+def _majority(checked):
+    """Of the CHECKED entries of one directory, those whose directory is whole: ({fingerprint: hosts}, the one more
+    hosts hold than any other or None on a tie (as the audit's package fingerprints), [(fingerprint, hosts)] most
+    first)."""
+    counts, majority = fingerprint_counts([entry for entry in checked if entry["ok"]])
+    return counts, majority, sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
 def _problem_words(problem):
@@ -219,13 +223,8 @@ def fleet_view(models):
     references = {}
     for path, held in by_dir.items():
         checked = [e for dummy, e in held if e["checked"]]
-        counts = {}
-        for entry in checked:
-            if entry["ok"] and entry["fingerprint"]:
-                counts[entry["fingerprint"]] = counts.get(entry["fingerprint"], 0) + 1
+        counts, majority, ranked = _majority(checked)
         recorded = next((e["recorded"] for dummy, e in held if e.get("recorded")), None)
-        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        majority = _top(ranked)
         reference = recorded or majority
         files = next((e["files"] for dummy, e in held if reference and e["fingerprint"] == reference and e["ok"]), None)
         references[path] = {"reference": reference, "from": "recorded" if recorded else ("majority" if majority else ""),
@@ -355,13 +354,9 @@ def record(view, hosts):
             by_dir.setdefault(row["dir"], []).append(row)
     for path, rows in sorted(by_dir.items()):
         checked = [r for r in rows if r["checked"]]
-        counts = {}
-        for row in checked:
-            if row["ok"] and row["fingerprint"]:
-                counts[row["fingerprint"]] = counts.get(row["fingerprint"], 0) + 1
-        best = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        if _top(best):
-            chosen[path] = (best[0][0], best[0][1], len(checked))
+        counts, majority, dummy = _majority(checked)
+        if majority:
+            chosen[path] = (majority, counts[majority], len(checked))
         elif checked:
             without.append(path)
     return chosen, without
