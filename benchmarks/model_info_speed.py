@@ -57,11 +57,8 @@ COLLECTIONS = os.path.join(REPO, ".cache", "collections")
 FULL_TARGET = 1.3
 CACHED_TARGET = 0.1
 
-CHILD_CHECK = r"""
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
-from ansible_collections.gpufleet.vllm.plugins.module_utils import modeldir
-
+# (both children's peak memory, read the same way)
+PEAK_KB = r"""
 def peak_kb():
     # VmHWM: the peak of this process image (ru_maxrss would count the parent's memory at the fork)
     with open("/proc/self/status") as handle:
@@ -69,6 +66,14 @@ def peak_kb():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+
+CHILD_CHECK = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.gpufleet.vllm.plugins.module_utils import modeldir
+
+""" + PEAK_KB + r"""
 
 
 path, cache, mode, workers = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -86,13 +91,7 @@ files, chunk = json.loads(sys.argv[1]), int(sys.argv[2])
 jobs = collections.deque(sorted(files, key=lambda p: -os.path.getsize(p)))
 total = [0]
 
-def peak_kb():
-    # VmHWM: the peak of this process image (ru_maxrss would count the parent's memory at the fork)
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+""" + PEAK_KB + r"""
 
 
 def work():
